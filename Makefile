@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine with Python 3.11 and make:
+#   make demo   create .venv, install, train the digits MLP (examples/digits_mlp.py)
+#   make test   create .venv, install, run ruff, pyright and the test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint pytest bench clean
+
+$(VENV)/.stamp-demo: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[examples]"
+	touch $@
+
+$(VENV)/.stamp-test: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,lint,examples,compare]"
+	touch $@
+
+demo: $(VENV)/.stamp-demo
+	$(PY) examples/digits_mlp.py
+
+lint: $(VENV)/.stamp-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check pytreemod adapters
+	$(VENV)/bin/pyright
+
+pytest: $(VENV)/.stamp-test
+	$(PY) -m pytest -n 2 -q
+
+test: lint pytest
+
+bench: $(VENV)/.stamp-test
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

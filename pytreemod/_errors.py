@@ -1,0 +1,144 @@
+"""Every exception and warning pytreemod raises.
+
+Each class documents its cause and its fix; ``docs/errors.md`` is generated from these
+docstrings (``python -m pytreemod._errors``). Messages always say what is wrong, where (a
+path such as ``.blocks[3].mlp.weight``, a class and field, or a collection) and how to fix
+it.
+"""
+
+import inspect
+import sys
+
+
+class PytreemodError(Exception):
+    """Base class of every pytreemod error; catch it to handle any of them."""
+
+
+class FrozenModuleError(PytreemodError, AttributeError):
+    """An attribute of a Module or Variable was assigned after construction.
+
+    Cause: modules are immutable values; ``model.weight = w`` outside ``__init__`` would
+    silently diverge from copies held by JAX transforms.
+
+    Fix: build a new model instead: ``model.replace(weight=w)`` for a direct field, or
+    ``pytreemod.tree_at(lambda m: m.block.weight, model, w)`` for a nested one.
+    """
+
+
+class UndeclaredFieldError(PytreemodError, AttributeError):
+    """``__init__`` (or ``replace``) set an attribute that is not a declared field.
+
+    Cause: only fields declared in the class body (``weight: Param``) are part of the
+    PyTree; anything else would be lost on the first ``jax.tree`` round trip.
+
+    Fix: declare the field in the class body, or correct the name.
+    """
+
+
+class UninitializedFieldError(PytreemodError, TypeError):
+    """A custom ``__init__`` returned without setting every declared field.
+
+    Fix: assign the field in ``__init__`` or give it a default in the class body.
+    """
+
+
+class InvalidFieldError(PytreemodError, TypeError):
+    """A field declaration the Module machinery cannot support.
+
+    Cause: ``field(init=False)`` (a Module rebuilds itself from its fields, so every field
+    must be settable) or an unhashable value in a ``static=True`` field (static values are
+    part of the tree structure, which JAX hashes to cache compilations).
+
+    Fix: drop ``init=False`` and set the field in a custom ``__init__``; store static
+    configuration as hashable values (a tuple instead of a list, a frozenset instead of a
+    set).
+    """
+
+
+class InvalidFilterError(PytreemodError, TypeError):
+    """A value that is not one of the filter forms was used as a filter.
+
+    Fix: use a collection name (``"params"``), a Variable type (``Param``), ``True``/``...``
+    (everything), ``False``/``None`` (nothing), ``Not(f)``/``DenyList(f)``, ``Any(...)`` or a
+    list/tuple (union), ``All(...)`` (intersection), ``PathContains(key)`` or a predicate
+    ``fn(path, value) -> bool``.
+    """
+
+
+class StateMismatchError(PytreemodError, ValueError):
+    """States given to ``combine``/``from_variables`` do not fit the model's structure.
+
+    Cause: a variable the structure needs is missing from every state, is present in two
+    states, or a state holds an entry the structure has no place for. Nothing is dropped
+    or guessed silently.
+
+    Fix: pass the states returned by the same ``partition`` call (or a variables dict of
+    the same model), with the paths and collections named in the message.
+    """
+
+
+class TreeAtError(PytreemodError, ValueError):
+    """``tree_at``'s ``where`` did not pick out nodes of the tree unambiguously.
+
+    Cause: ``where`` returned something that is not a node of the tree (for example a
+    freshly computed value), a node that occurs at several places (``None``, an empty
+    tuple), or ``replace`` does not match the number of nodes selected.
+
+    Fix: make ``where`` only index into its argument (``lambda m: m.layers[0].weight``);
+    to replace ``None`` fields, use ``Module.replace`` or a sentinel value.
+    """
+
+
+class AxisMetadataError(PytreemodError, ValueError):
+    """Axis metadata that does not fit the value or the transform.
+
+    Cause: a ``Partitioned`` box with a different number of names than its value has
+    axes, an axis index out of range, or ``remove_axis`` called with ``metadata_params``
+    that name a different axis than the one being removed.
+
+    Fix: give one name (or ``None``) per axis; pass the same ``metadata_params`` to the
+    transform that removes an axis as to the one that added it.
+    """
+
+
+class PytreemodWarning(UserWarning):
+    """Base class of every pytreemod warning."""
+
+
+class StaticArrayWarning(PytreemodWarning):
+    """An array was stored in a ``static=True`` field.
+
+    Cause: static fields are part of the tree structure; JAX compares them by identity or
+    value on every call, so a new array there forces a recompile each time and is never
+    traced or differentiated.
+
+    Fix: declare the field without ``static=True`` (arrays are children by default), or
+    store hashable Python values (tuples of ints, floats) if it really is configuration.
+    """
+
+
+def _all_classes() -> list[type]:
+    module = sys.modules[__name__]
+    return [
+        obj
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if obj.__module__ == __name__
+    ]
+
+
+def errors_markdown() -> str:
+    """Render every error and warning class as the Markdown of ``docs/errors.md``."""
+    lines = [
+        "# Errors and warnings",
+        "",
+        "Generated from `pytreemod/_errors.py` by `python -m pytreemod._errors`.",
+        "",
+    ]
+    for cls in sorted(_all_classes(), key=lambda c: c.__name__):
+        bases = ", ".join(b.__name__ for b in cls.__bases__)
+        lines += [f"## `{cls.__name__}` ({bases})", "", inspect.cleandoc(cls.__doc__ or ""), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(errors_markdown())

@@ -1,0 +1,378 @@
+"""``Module``: a frozen dataclass that is a PyTree.
+
+Invariants (see ``pytreemod/README.md`` for the longer story):
+
+- Every field is a PyTree child unless declared ``field(static=True)``; static values are
+  kept in the treedef and must be hashable.
+- Instances are immutable once ``__init__`` returns. Inside ``__init__`` fields may be
+  assigned (``self.weight = ...``); afterwards assignment raises ``FrozenModuleError``.
+- Flattening runs in JAX's C++ dataclass path (``jax.tree_util.register_dataclass``); no
+  Python runs per node when JAX flattens a model. Unflattening (which JAX does by calling
+  the class with every field as a keyword) is recognised by a sentinel keyword and builds
+  the instance directly, without running ``__init__``, converters or checks: a rebuilt
+  tree may hold tracers, ``None`` or any placeholder JAX puts there.
+- Methods accessed on an instance are ``BoundMethod`` PyTrees, so ``jit(model.encode)``
+  traces the model's arrays instead of baking them in as constants.
+"""
+
+import dataclasses
+import functools
+import types
+import warnings
+from abc import ABCMeta
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar, dataclass_transform
+
+import jax.tree_util as jtu
+
+from ._errors import (
+    FrozenModuleError,
+    InvalidFieldError,
+    StaticArrayWarning,
+    UndeclaredFieldError,
+    UninitializedFieldError,
+)
+from ._tree import is_array, tree_equal
+
+_T = TypeVar("_T")
+_M = TypeVar("_M", bound="Module")
+
+
+class _UnflattenSentinel:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<pytreemod.unflatten>"
+
+    def __reduce__(self) -> str:
+        return "_UNFLATTEN"
+
+
+_UNFLATTEN = _UnflattenSentinel()
+_MARK = "_pytreemod_unflatten"
+# ids of instances whose __init__ is running; only they accept attribute assignment.
+_initialising: set[int] = set()
+
+
+def field(
+    *,
+    static: bool = False,
+    converter: Callable[[Any], Any] | None = None,
+    default: Any = dataclasses.MISSING,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    repr: bool = True,
+    kw_only: bool | Any = dataclasses.MISSING,
+    metadata: dict[str, Any] | None = None,
+) -> Any:
+    """Declare a Module field with options, as ``dataclasses.field`` does.
+
+    **Arguments:**
+
+    - ``static``: keep the value in the tree structure instead of as a child. Use it for
+      hashable configuration (sizes, flags, activation functions); JAX transforms then see
+      it as a compile-time constant.
+    - ``converter``: applied to the value after ``__init__`` (e.g. ``jnp.asarray``); not
+      applied when JAX rebuilds a tree.
+    - ``default``, ``default_factory``, ``repr``, ``kw_only``: as in ``dataclasses``.
+    - ``metadata``: extra metadata stored on the field.
+
+    >>> import pytreemod as pm
+    >>> class Scale(pm.Module):
+    ...     factor: float
+    ...     name: str = pm.field(static=True, default="scale")
+    >>> Scale(2.0)
+    Scale(factor=2.0, name='scale')
+    """
+    md = dict(metadata or {})
+    md["static"] = static
+    if converter is not None:
+        md["converter"] = converter
+    return dataclasses.field(
+        default=default,
+        default_factory=default_factory,
+        repr=repr,
+        kw_only=kw_only,
+        metadata=md,
+    )
+
+
+class BoundMethod(Generic[_T]):
+    """A method bound to a Module, itself a PyTree whose only child is the module.
+
+    ``jax.jit(model.encode)`` or ``pytreemod.jit(model.encode)`` therefore treat the
+    model's arrays as inputs, not as constants captured in a closure.
+    """
+
+    __slots__ = ("__func__", "__self__")
+
+    def __init__(self, __func__: Callable[..., _T], __self__: Any):
+        object.__setattr__(self, "__func__", __func__)
+        object.__setattr__(self, "__self__", __self__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _T:
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenModuleError(f"Cannot set {name!r} on a bound method; it is immutable.")
+
+    def __getattr__(self, name: str) -> Any:
+        # __name__, __qualname__, __doc__, __module__ ... of the underlying function.
+        if name in ("__func__", "__self__"):
+            raise AttributeError(name)
+        return getattr(self.__func__, name)
+
+    @property
+    def __wrapped__(self) -> Callable[..., _T]:
+        return functools.partial(self.__func__, self.__self__)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is BoundMethod
+            and self.__func__ is other.__func__
+            and self.__self__ == other.__self__
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.__func__, self.__self__))
+
+    def __repr__(self) -> str:
+        return f"<bound method {self.__func__.__qualname__} of {type(self.__self__).__name__}>"
+
+
+jtu.register_dataclass(BoundMethod, data_fields=["__self__"], meta_fields=["__func__"])
+
+
+class _MethodDescriptor:
+    """Turns attribute access ``module.method`` into a ``BoundMethod`` PyTree."""
+
+    def __init__(self, func: types.FunctionType):
+        self.__func__ = func
+        functools.update_wrapper(self, func)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self.__func__
+        return BoundMethod(self.__func__, instance)
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, field), frozen_default=True)
+class _ModuleMeta(ABCMeta):
+    """Makes every Module subclass a dataclass registered with JAX's C++ PyTree path."""
+
+    def __new__(
+        mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
+    ) -> Any:
+        is_base = not any(isinstance(b, _ModuleMeta) for b in bases)
+        if is_base:
+            # The unflatten sentinel is a real (kw-only) dataclass field so that
+            # register_dataclass accepts it as a meta field; its value lives on the class.
+            namespace.setdefault("__annotations__", {})[_MARK] = Any
+            namespace[_MARK] = dataclasses.field(
+                default=_UNFLATTEN, kw_only=True, repr=False, compare=False
+            )
+        else:
+            for key, value in list(namespace.items()):
+                if isinstance(value, types.FunctionType) and not _is_dunder(key):
+                    namespace[key] = _MethodDescriptor(value)
+        cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        user_init = "__init__" in namespace or any(
+            getattr(b, "_pytreemod_user_init", False) for b in bases
+        )
+        cls._pytreemod_user_init = user_init
+        # dataclass never overwrites an __init__ defined in the class body itself.
+        cls = dataclasses.dataclass(eq=False, repr=False, init=not user_init)(cls)
+        fields = [f for f in dataclasses.fields(cls) if f.name != _MARK]
+        for f in fields:
+            if not f.init:
+                raise InvalidFieldError(
+                    f"Field {name}.{f.name} is declared with init=False; every Module field "
+                    "must be settable because JAX rebuilds modules from their fields. Drop "
+                    "init=False and assign the field in a custom __init__ instead."
+                )
+        static = tuple(f.name for f in fields if f.metadata.get("static", False))
+        dynamic = [f.name for f in fields if not f.metadata.get("static", False)]
+        cls._pytreemod_field_objs = tuple(fields)
+        cls._pytreemod_fields = tuple(f.name for f in fields)
+        cls._pytreemod_fieldset = frozenset(cls._pytreemod_fields) | {_MARK}
+        cls._pytreemod_static = static
+        cls._pytreemod_converters = tuple(
+            (f.name, f.metadata["converter"]) for f in fields if "converter" in f.metadata
+        )
+        cls._pytreemod_check_inits = tuple(
+            k.__dict__["__check_init__"]
+            for k in reversed(cls.__mro__)
+            if "__check_init__" in k.__dict__
+        )
+        if not is_base:
+            jtu.register_dataclass(cls, data_fields=dynamic, meta_fields=[*static, _MARK])
+        return cls
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get(_MARK) is _UNFLATTEN:
+            # JAX (or replace/tree_at) rebuilding a tree: no __init__, no checks.
+            del kwargs[_MARK]
+            self = object.__new__(cls)
+            self.__dict__.update(kwargs)
+            return self
+        self = cls.__new__(cls)
+        key = id(self)
+        _initialising.add(key)
+        try:
+            cls.__init__(self, *args, **kwargs)
+        finally:
+            _initialising.discard(key)
+        _finish_init(cls, self)
+        return self
+
+
+def _finish_init(cls: Any, self: Any) -> None:
+    state = self.__dict__
+    state.pop(_MARK, None)
+    missing = []
+    for f in cls._pytreemod_field_objs:
+        if f.name not in state:
+            if f.default is not dataclasses.MISSING:
+                state[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                state[f.name] = f.default_factory()
+            else:
+                missing.append(f.name)
+    if missing:
+        names = ", ".join(repr(n) for n in missing)
+        raise UninitializedFieldError(
+            f"{cls.__name__}.__init__ returned without setting field(s) {names}. Assign "
+            f"them in __init__ (self.{missing[0]} = ...) or give them a default in the "
+            "class body."
+        )
+    for name, converter in cls._pytreemod_converters:
+        state[name] = converter(state[name])
+    for name in cls._pytreemod_static:
+        value = state[name]
+        if any(is_array(leaf) for leaf in jtu.tree_leaves(value)):
+            warnings.warn(
+                f"{cls.__name__}.{name} is a static field but holds an array. Static values "
+                "are part of the tree structure: the array is never traced or "
+                "differentiated, and a new one forces a recompile. Declare the field "
+                "without static=True.",
+                StaticArrayWarning,
+                stacklevel=4,
+            )
+            continue
+        try:
+            hash(value)
+        except TypeError:
+            raise InvalidFieldError(
+                f"{cls.__name__}.{name} is a static field but its value "
+                f"{type(value).__name__} is unhashable. Static values are part of the tree "
+                "structure, which JAX hashes; use a tuple instead of a list, a frozenset "
+                "instead of a set."
+            ) from None
+    for check in cls._pytreemod_check_inits:
+        check(self)
+
+
+class Module(metaclass=_ModuleMeta):
+    """Base class of models: a frozen dataclass that is a JAX PyTree.
+
+    Declare fields in the class body. Arrays (usually wrapped in ``Param`` or another
+    ``Variable`` to name their collection) and submodules are children; configuration
+    declared with ``field(static=True)`` lives in the tree structure. Either let the
+    dataclass write ``__init__`` or write your own that assigns every field.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> class Linear(pm.Module):
+    ...     weight: pm.Param
+    ...     bias: pm.Param
+    ...     def __init__(self, n_in: int, n_out: int, *, key: jax.Array):
+    ...         self.weight = pm.Param(jax.random.normal(key, (n_in, n_out)))
+    ...         self.bias = pm.Param(jnp.zeros(n_out))
+    ...     def __call__(self, x):
+    ...         return x @ self.weight.value + self.bias.value
+    >>> Linear(2, 3, key=jax.random.key(0))
+    Linear(weight=Param(f32[2, 3]), bias=Param(f32[3]))
+
+    After construction the instance is immutable; use ``replace`` or ``tree_at`` to get
+    an updated copy.
+    """
+
+    _pytreemod_field_objs: ClassVar[tuple[dataclasses.Field, ...]]
+    _pytreemod_fields: ClassVar[tuple[str, ...]]
+    _pytreemod_fieldset: ClassVar[frozenset[str]]
+    _pytreemod_static: ClassVar[tuple[str, ...]]
+    _pytreemod_converters: ClassVar[tuple[tuple[str, Callable[[Any], Any]], ...]]
+    _pytreemod_check_inits: ClassVar[tuple[Callable[[Any], None], ...]]
+    _pytreemod_user_init: ClassVar[bool]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if id(self) in _initialising:
+            if name not in type(self)._pytreemod_fieldset:
+                raise UndeclaredFieldError(
+                    f"{type(self).__name__}.__init__ sets {name!r}, which is not a declared "
+                    f"field. Declare it in the class body (`{name}: <type>`) so it becomes "
+                    "part of the PyTree."
+                )
+            object.__setattr__(self, name, value)
+            return
+        raise FrozenModuleError(
+            f"Cannot assign {type(self).__name__}.{name}: modules are immutable after "
+            f"__init__. Build an updated copy instead: `model.replace({name}=...)` for this "
+            f"field, or `pytreemod.tree_at(lambda m: m.path.to.{name}, model, new_value)` "
+            "from the root of the model."
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenModuleError(
+            f"Cannot delete {type(self).__name__}.{name}: modules are immutable. Use "
+            "`model.replace(...)` to build a copy with a different value."
+        )
+
+    def replace(self: _M, **changes: Any) -> _M:
+        """Return a copy with the given fields replaced (no ``__init__``, no converters).
+
+        >>> import pytreemod as pm
+        >>> class Box(pm.Module):
+        ...     x: int
+        >>> Box(1).replace(x=2)
+        Box(x=2)
+        """
+        return replace(self, **changes)
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and tree_equal(self, other)
+
+    def __hash__(self) -> int:
+        return hash((type(self), *jtu.tree_leaves(self)))
+
+    def __repr__(self) -> str:
+        from ._repr import tree_pformat
+
+        return tree_pformat(self)
+
+
+def replace(module: _M, /, **changes: Any) -> _M:
+    """Return a copy of ``module`` with the named fields replaced.
+
+    The copy is built directly (no ``__init__``, converters or ``__check_init__``), exactly
+    as JAX rebuilds a tree. An unknown field name is an ``UndeclaredFieldError``.
+    """
+    cls = type(module)
+    unknown = [n for n in changes if n not in cls._pytreemod_fields]
+    if unknown:
+        fields = ", ".join(cls._pytreemod_fields) or "(none)"
+        raise UndeclaredFieldError(
+            f"{cls.__name__} has no field {unknown[0]!r}; its fields are: {fields}."
+        )
+    new = object.__new__(cls)
+    new.__dict__.update(module.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+def fields(module: "Module | type[Module]") -> tuple[dataclasses.Field, ...]:
+    """The dataclass fields of a Module class or instance (without internal ones)."""
+    return tuple(f for f in dataclasses.fields(module) if f.name != _MARK)

@@ -1,0 +1,90 @@
+"""Readable reprs: arrays as ``f32[4, 32]``, variables as ``Param(f32[4, 32])``."""
+
+import dataclasses
+import types
+from typing import Any
+
+import jax
+import numpy as np
+
+from ._tree import is_array
+
+_WIDTH = 88
+
+
+def short_dtype(dtype: Any) -> str:
+    """``float32 -> f32``, ``bfloat16 -> bf16``, ``int8 -> i8``, ``bool -> bool``."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return "bool"
+    if dtype.name == "bfloat16":
+        return "bf16"
+    kind = {"f": "f", "i": "i", "u": "u", "c": "c"}.get(dtype.kind)
+    if kind is None:
+        return dtype.name
+    return f"{kind}{dtype.itemsize * 8}"
+
+
+def array_summary(x: Any) -> str:
+    """``f32[4, 32]`` for an array; NumPy arrays are marked ``(numpy)``."""
+    shape = ", ".join(map(str, x.shape))
+    text = f"{short_dtype(x.dtype)}[{shape}]"
+    if isinstance(x, (np.ndarray, np.generic)):
+        text += "(numpy)"
+    return text
+
+
+def tree_pformat(obj: Any, width: int = _WIDTH) -> str:
+    """Pretty-format a tree: modules by field, variables by collection type, arrays by
+    dtype and shape (never their values). Fits on one line when it can."""
+    return _fmt(obj, 0, width)
+
+
+def _fmt(obj: Any, indent: int, width: int) -> str:
+    from ._module import BoundMethod, Module
+    from ._variables import Variable
+
+    if is_array(obj) or isinstance(obj, jax.ShapeDtypeStruct):
+        return array_summary(obj)
+    if isinstance(obj, Variable):
+        return f"{type(obj).__name__}({_fmt(obj.value, indent, width)})"
+    if isinstance(obj, Module):
+        items = [
+            (f.name, getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if f.repr and f.name in obj._pytreemod_fieldset and f.name in obj.__dict__
+        ]
+        return _group(f"{type(obj).__name__}(", ")", items, indent, width)
+    if isinstance(obj, BoundMethod):
+        return repr(obj)
+    if isinstance(obj, list):
+        return _group("[", "]", [(None, x) for x in obj], indent, width)
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        close = ",)" if len(obj) == 1 else ")"
+        return _group("(", close, [(None, x) for x in obj], indent, width)
+    if isinstance(obj, dict):
+        return _group("{", "}", [(repr(k), v) for k, v in obj.items()], indent, width, ": ")
+    if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)) or (
+        callable(obj) and not isinstance(obj, type) and hasattr(obj, "__wrapped__")
+    ):
+        name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
+        return f"<function {name}>"
+    return repr(obj)
+
+
+def _group(
+    open_: str,
+    close: str,
+    items: list[tuple[str | None, Any]],
+    indent: int,
+    width: int,
+    sep: str = "=",
+) -> str:
+    inner = [_fmt(v, indent + 2, width) for _, v in items]
+    parts = [v if k is None else f"{k}{sep}{v}" for (k, _), v in zip(items, inner)]
+    one_line = f"{open_}{', '.join(parts)}{close}"
+    if "\n" not in one_line and indent + len(one_line) <= width:
+        return one_line
+    pad = " " * (indent + 2)
+    body = "".join(f"{pad}{p},\n" for p in parts)
+    return f"{open_}\n{body}{' ' * indent}{close.lstrip(',')}"

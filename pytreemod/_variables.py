@@ -1,0 +1,125 @@
+"""Variables: PyTree boxes that put one value in a named collection.
+
+``Param`` (``params``), ``BatchStat`` (``batch_stats``), ``Cache`` (``cache``) and
+``Intermediate`` (``intermediates``) are the built-in collections. Subclassing defines a
+new collection, named by the ``collection=`` class keyword or, by default, by the class
+name::
+
+    class LoRAParam(pm.Param, collection="lora_params"):
+        pass
+
+A filter on ``Param`` (the type) matches ``LoRAParam`` too; a filter on ``"params"`` (the
+collection name) does not.
+
+Every Variable subclass is registered with JAX's C++ dataclass path: its only child is
+``value``, so ``jax.tree.map`` maps the value and keeps the box.
+"""
+
+from typing import Any, ClassVar, Generic, TypeVar
+
+import jax.tree_util as jtu
+
+from ._errors import FrozenModuleError
+from ._tree import tree_equal
+
+T = TypeVar("T")
+_V = TypeVar("_V", bound="Variable")
+
+
+class Variable(Generic[T]):
+    """A box around one value (usually an array), tagged with a collection name.
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> w = pm.Param(jnp.zeros((2, 3)))
+    >>> w, w.collection, w.value.shape
+    (Param(f32[2, 3]), 'params', (2, 3))
+    """
+
+    __slots__ = ("value",)
+    collection: ClassVar[str] = "variables"
+    value: T
+
+    def __init_subclass__(cls, collection: str | None = None, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        cls.collection = collection if collection is not None else cls.__name__
+        jtu.register_dataclass(cls, data_fields=["value"], meta_fields=[])
+
+    def __init__(self, value: T):
+        object.__setattr__(self, "value", value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenModuleError(
+            f"Cannot assign {type(self).__name__}.{name}: variables are immutable. Use "
+            f"`var.replace(new_value)` to build a new {type(self).__name__}."
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenModuleError(f"Cannot delete {type(self).__name__}.{name}: immutable.")
+
+    def replace(self: _V, value: Any) -> _V:
+        """A new variable of the same type (and collection) holding ``value``."""
+        return type(self)(value)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the (unboxed) value."""
+        from ._meta import unbox
+
+        return unbox(self.value).shape
+
+    @property
+    def dtype(self) -> Any:
+        """Dtype of the (unboxed) value."""
+        from ._meta import unbox
+
+        return unbox(self.value).dtype
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and tree_equal(self.value, other.value)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.value))
+
+    def __repr__(self) -> str:
+        from ._repr import tree_pformat
+
+        return tree_pformat(self)
+
+
+jtu.register_dataclass(Variable, data_fields=["value"], meta_fields=[])
+
+
+class Param(Variable[T], collection="params"):
+    """A trainable parameter (collection ``params``)."""
+
+    __slots__ = ()
+
+
+class BatchStat(Variable[T], collection="batch_stats"):
+    """A running statistic such as BatchNorm's mean and variance (``batch_stats``)."""
+
+    __slots__ = ()
+
+
+class Cache(Variable[T], collection="cache"):
+    """Decoding state such as an attention key/value cache (``cache``)."""
+
+    __slots__ = ()
+
+
+class Intermediate(Variable[T], collection="intermediates"):
+    """A value recorded during a forward pass for inspection (``intermediates``)."""
+
+    __slots__ = ()
+
+
+def collection_of(value: Any) -> str:
+    """The collection of a Variable, or ``"params"`` for a bare array.
+
+    A bare array (or axis-metadata box) in a Module, not wrapped in a Variable, is treated
+    as a parameter, so Equinox-style models work unchanged.
+    """
+    if isinstance(value, Variable):
+        return value.collection
+    return Param.collection
