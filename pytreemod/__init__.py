@@ -11,6 +11,7 @@ from ._errors import PytreemodError as PytreemodError
 from ._errors import PytreemodWarning as PytreemodWarning
 from ._errors import StateMismatchError as StateMismatchError
 from ._errors import StaticArrayWarning as StaticArrayWarning
+from ._errors import TransformError as TransformError
 from ._errors import TreeAtError as TreeAtError
 from ._errors import UndeclaredFieldError as UndeclaredFieldError
 from ._errors import UninitializedFieldError as UninitializedFieldError
@@ -27,6 +28,9 @@ from ._filters import OfType as OfType
 from ._filters import PathContains as PathContains
 from ._filters import Predicate as Predicate
 from ._filters import to_filter as to_filter
+from ._jit import DonateState as DonateState
+from ._jit import filter_jit as filter_jit
+from ._jit import jit as jit
 from ._meta import PARTITION_NAME as PARTITION_NAME
 from ._meta import AxisMetadata as AxisMetadata
 from ._meta import Partitioned as Partitioned
@@ -47,6 +51,19 @@ from ._partition import state as state
 from ._partition import structure_of as structure_of
 from ._partition import to_variables as to_variables
 from ._repr import tree_pformat as tree_pformat
+from ._transforms import Carry as Carry
+from ._transforms import DiffState as DiffState
+from ._transforms import StateAxes as StateAxes
+from ._transforms import checkpoint as checkpoint
+from ._transforms import cond as cond
+from ._transforms import eval_shape as eval_shape
+from ._transforms import grad as grad
+from ._transforms import remat as remat
+from ._transforms import scan as scan
+from ._transforms import switch as switch
+from ._transforms import value_and_grad as value_and_grad
+from ._transforms import vmap as vmap
+from ._transforms import while_loop as while_loop
 from ._tree import format_path as format_path
 from ._tree import is_array as is_array
 from ._tree import is_inexact_array as is_inexact_array

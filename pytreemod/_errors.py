@@ -101,6 +101,21 @@ class AxisMetadataError(PytreemodError, ValueError):
     """
 
 
+class TransformError(PytreemodError, ValueError):
+    """A transform (``jit``, ``grad``, ``vmap``, ``scan``, ``cond``...) got an argument it
+    cannot handle.
+
+    Cause: an axis spec that does not fit the arguments (a ``StateAxes`` that leaves a
+    variable unmatched, a prefix that does not match the tree), two places sharing one
+    Variable but given different specs, a scan carry or loop state whose structure
+    changes between iterations, ``cond``/``switch`` branches that return different
+    variables, or a non-array argument that is not hashable.
+
+    Fix: the message names the path(s) involved; give every variable exactly one spec,
+    keep carried state's structure fixed, and create the same variables in every branch.
+    """
+
+
 class PytreemodWarning(UserWarning):
     """Base class of every pytreemod warning."""
 

@@ -129,6 +129,13 @@ class Not(Filter):
     def __post_init__(self) -> None:
         object.__setattr__(self, "filter", to_filter(self.filter))
 
+    def __eq__(self, other: object) -> bool:
+        # DenyList is another spelling of the same filter: equal, with the same hash.
+        return isinstance(other, Not) and self.filter == other.filter
+
+    def __hash__(self) -> int:
+        return hash((Not, self.filter))
+
     def __call__(self, path: Path, value: t.Any) -> bool:
         return not self.filter(path, value)
 

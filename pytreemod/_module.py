@@ -99,11 +99,13 @@ def field(
 class BoundMethod(Generic[_T]):
     """A method bound to a Module, itself a PyTree whose only child is the module.
 
-    ``jax.jit(model.encode)`` or ``pytreemod.jit(model.encode)`` therefore treat the
-    model's arrays as inputs, not as constants captured in a closure.
+    Passed as an argument to a transform (``jax.jit(lambda f, x: f(x))(model.encode, x)``,
+    or a pytreemod transform of ``model.encode``), the model's arrays are therefore inputs,
+    not constants captured in a closure. (``jax.jit(model.encode)`` works too, but plain
+    JAX treats the function it wraps as static, so there the arrays are constants.)
     """
 
-    __slots__ = ("__func__", "__self__")
+    __slots__ = ("__func__", "__self__", "__weakref__")
 
     def __init__(self, __func__: Callable[..., _T], __self__: Any):
         object.__setattr__(self, "__func__", __func__)
@@ -133,7 +135,9 @@ class BoundMethod(Generic[_T]):
         )
 
     def __hash__(self) -> int:
-        return hash((self.__func__, self.__self__))
+        # Not hash(self.__self__): a module holding arrays is unhashable, and jax.jit hashes
+        # the function it wraps. Equal bound methods still hash equal.
+        return hash((self.__func__, type(self.__self__)))
 
     def __repr__(self) -> str:
         return f"<bound method {self.__func__.__qualname__} of {type(self.__self__).__name__}>"
@@ -159,7 +163,10 @@ def _is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
-@dataclass_transform(field_specifiers=(dataclasses.field, field), frozen_default=True)
+# No frozen_default=True: type checkers would then reject the assignments in a custom
+# __init__ (`self.weight = ...`), the documented way to write a module. Freezing is enforced
+# at runtime by Module.__setattr__.
+@dataclass_transform(field_specifiers=(dataclasses.field, field))
 class _ModuleMeta(ABCMeta):
     """Makes every Module subclass a dataclass registered with JAX's C++ PyTree path."""
 
@@ -199,6 +206,7 @@ class _ModuleMeta(ABCMeta):
         cls._pytreemod_fields = tuple(f.name for f in fields)
         cls._pytreemod_fieldset = frozenset(cls._pytreemod_fields) | {_MARK}
         cls._pytreemod_static = static
+        cls._pytreemod_data_fields = tuple(dynamic)
         cls._pytreemod_converters = tuple(
             (f.name, f.metadata["converter"]) for f in fields if "converter" in f.metadata
         )
@@ -211,7 +219,9 @@ class _ModuleMeta(ABCMeta):
             jtu.register_dataclass(cls, data_fields=dynamic, meta_fields=[*static, _MARK])
         return cls
 
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+    # Deliberately unannotated: with `-> Any`, type checkers would type every `Model(...)`
+    # as Any instead of checking the arguments against __init__ and inferring the class.
+    def __call__(cls, *args: Any, **kwargs: Any):
         if kwargs.get(_MARK) is _UNFLATTEN:
             # JAX (or replace/tree_at) rebuilding a tree: no __init__, no checks.
             del kwargs[_MARK]
@@ -304,6 +314,7 @@ class Module(metaclass=_ModuleMeta):
     _pytreemod_fields: ClassVar[tuple[str, ...]]
     _pytreemod_fieldset: ClassVar[frozenset[str]]
     _pytreemod_static: ClassVar[tuple[str, ...]]
+    _pytreemod_data_fields: ClassVar[tuple[str, ...]]
     _pytreemod_converters: ClassVar[tuple[tuple[str, Callable[[Any], Any]], ...]]
     _pytreemod_check_inits: ClassVar[tuple[Callable[[Any], None], ...]]
     _pytreemod_user_init: ClassVar[bool]

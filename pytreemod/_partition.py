@@ -19,6 +19,7 @@ puts the same Variable object back in every place.
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.tree_util as jtu
 
 from ._errors import StateMismatchError
@@ -132,7 +133,7 @@ def _split(tree: Any) -> tuple[Structure, list[Any]]:
                 seen[id(leaf)] = slot
             alias.append(first)
             types.append(type(leaf))
-        elif is_array(leaf) or isinstance(leaf, AxisMetadata):
+        elif is_array(leaf) or isinstance(leaf, (AxisMetadata, jax.ShapeDtypeStruct)):
             slot = len(paths)
             alias.append(None)
             types.append(None)

@@ -14,6 +14,8 @@ _WIDTH = 88
 
 def short_dtype(dtype: Any) -> str:
     """``float32 -> f32``, ``bfloat16 -> bf16``, ``int8 -> i8``, ``bool -> bool``."""
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+        return str(dtype)  # typed PRNG keys: ``key<fry>``; np.dtype() rejects them
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return "bool"
@@ -40,30 +42,34 @@ def tree_pformat(obj: Any, width: int = _WIDTH) -> str:
     return _fmt(obj, 0, width)
 
 
-def _fmt(obj: Any, indent: int, width: int) -> str:
+def _fmt(obj: Any, indent: int, width: int, used: int = 0) -> str:
+    # `used`: characters that share a line with `obj` besides the indentation (a field
+    # name before it, a comma or closing bracket after it).
     from ._module import BoundMethod, Module
     from ._variables import Variable
 
     if is_array(obj) or isinstance(obj, jax.ShapeDtypeStruct):
         return array_summary(obj)
     if isinstance(obj, Variable):
-        return f"{type(obj).__name__}({_fmt(obj.value, indent, width)})"
+        name = type(obj).__name__
+        return f"{name}({_fmt(obj.value, indent, width, used + len(name) + 2)})"
     if isinstance(obj, Module):
         items = [
             (f.name, getattr(obj, f.name))
             for f in dataclasses.fields(obj)
             if f.repr and f.name in obj._pytreemod_fieldset and f.name in obj.__dict__
         ]
-        return _group(f"{type(obj).__name__}(", ")", items, indent, width)
+        return _group(f"{type(obj).__name__}(", ")", items, indent, width, used)
     if isinstance(obj, BoundMethod):
         return repr(obj)
     if isinstance(obj, list):
-        return _group("[", "]", [(None, x) for x in obj], indent, width)
+        return _group("[", "]", [(None, x) for x in obj], indent, width, used)
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
         close = ",)" if len(obj) == 1 else ")"
-        return _group("(", close, [(None, x) for x in obj], indent, width)
+        return _group("(", close, [(None, x) for x in obj], indent, width, used)
     if isinstance(obj, dict):
-        return _group("{", "}", [(repr(k), v) for k, v in obj.items()], indent, width, ": ")
+        items = [(repr(k), v) for k, v in obj.items()]
+        return _group("{", "}", items, indent, width, used, ": ")
     if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)) or (
         callable(obj) and not isinstance(obj, type) and hasattr(obj, "__wrapped__")
     ):
@@ -78,12 +84,14 @@ def _group(
     items: list[tuple[str | None, Any]],
     indent: int,
     width: int,
+    used: int = 0,
     sep: str = "=",
 ) -> str:
-    inner = [_fmt(v, indent + 2, width) for _, v in items]
-    parts = [v if k is None else f"{k}{sep}{v}" for (k, _), v in zip(items, inner)]
+    prefixes = ["" if k is None else f"{k}{sep}" for k, _ in items]
+    inner = [_fmt(v, indent + 2, width, len(p) + 1) for p, (_, v) in zip(prefixes, items)]
+    parts = [p + v for p, v in zip(prefixes, inner)]
     one_line = f"{open_}{', '.join(parts)}{close}"
-    if "\n" not in one_line and indent + len(one_line) <= width:
+    if "\n" not in one_line and indent + used + len(one_line) <= width:
         return one_line
     pad = " " * (indent + 2)
     body = "".join(f"{pad}{p},\n" for p in parts)

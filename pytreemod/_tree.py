@@ -217,6 +217,8 @@ def tree_equal(a: Any, b: Any) -> bool:
                 return False
             if isinstance(x, jax.core.Tracer) or isinstance(y, jax.core.Tracer):
                 return False
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+                x, y = jax.random.key_data(x), jax.random.key_data(y)
             if not np.array_equal(np.asarray(x), np.asarray(y), equal_nan=_inexact(x)):
                 return False
         elif not bool(x == y):

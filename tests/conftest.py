@@ -1,10 +1,14 @@
 """Shared test configuration: strict JAX promotion rules and a key fixture."""
 
 import itertools
+import os
 from collections.abc import Callable
 
-import jax
-import pytest
+# Eight simulated CPU devices for the sharding tests; must be set before JAX starts.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

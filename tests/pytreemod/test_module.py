@@ -1,0 +1,571 @@
+"""Module: dataclass fields, static fields, immutability, init checks, bound methods, JAX."""
+
+import abc
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+import pytest
+
+import pytreemod as pm
+from tests.helpers import tree_allclose
+
+
+class Linear(pm.Module):
+    weight: pm.Param
+    bias: pm.Param
+
+    def __init__(self, n_in: int, n_out: int, *, key: jax.Array):
+        self.weight = pm.Param(jax.random.normal(key, (n_in, n_out), dtype=jnp.float32))
+        self.bias = pm.Param(jnp.zeros(n_out, dtype=jnp.float32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x @ self.weight.value + self.bias.value
+
+    def encode(self, x: jax.Array) -> jax.Array:
+        return jnp.tanh(self(x))
+
+
+class Scaled(pm.Module):
+    weight: jax.Array
+    size: int = pm.field(static=True, default=3)
+    scale: float = 1.0
+
+
+class MLP(pm.Module):
+    layers: list[Linear]
+    activation: Callable[[jax.Array], jax.Array] = pm.field(static=True, default=jax.nn.relu)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.layers[-1](x)
+
+
+def _mlp(getkey: Callable[[], jax.Array]) -> MLP:
+    return MLP([Linear(2, 4, key=getkey()), Linear(4, 3, key=getkey())])
+
+
+# --- construction -----------------------------------------------------------------------
+
+
+def test_dataclass_generated_init() -> None:
+    w = jnp.ones(2, dtype=jnp.float32)
+    m = Scaled(w)
+    assert m.weight is w
+    assert m.size == 3
+    assert m.scale == 1.0
+    m2 = Scaled(w, 5, scale=2.0)
+    assert (m2.size, m2.scale) == (5, 2.0)
+    with pytest.raises(TypeError):
+        Scaled()  # pyright: ignore[reportCallIssue]
+
+
+def test_custom_init(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    assert isinstance(m.weight, pm.Param)
+    assert m.weight.shape == (2, 3)
+    assert m.bias.dtype == jnp.float32
+    assert m(jnp.ones(2, dtype=jnp.float32)).shape == (3,)
+
+
+def test_custom_init_fills_defaults_and_default_factory() -> None:
+    class WithDefaults(pm.Module):
+        a: int
+        b: int = 7
+        c: list[int] = dataclasses.field(default_factory=lambda: [1, 2])
+
+        def __init__(self, a: int):
+            self.a = a
+
+    m = WithDefaults(1)
+    assert (m.a, m.b, m.c) == (1, 7, [1, 2])
+    assert WithDefaults(1).c is not WithDefaults(1).c
+
+
+def test_nested_module_construction_inside_init(getkey: Callable[[], jax.Array]) -> None:
+    class Outer(pm.Module):
+        inner: Linear
+        extra: pm.Param
+
+        def __init__(self, key: jax.Array):
+            k1, k2 = jax.random.split(key)
+            self.inner = Linear(2, 2, key=k1)
+            self.extra = pm.Param(jax.random.normal(k2, (2,), dtype=jnp.float32))
+
+    m = Outer(getkey())
+    assert isinstance(m.inner, Linear)
+    with pytest.raises(pm.FrozenModuleError):
+        m.inner.bias = pm.Param(jnp.ones(2, dtype=jnp.float32))
+
+
+# --- static fields ----------------------------------------------------------------------
+
+
+def test_static_field_lives_in_treedef() -> None:
+    w = jnp.ones(2, dtype=jnp.float32)
+    a, b, c = Scaled(w, size=3), Scaled(w, size=4), Scaled(w * 2, size=3)
+    assert jtu.tree_structure(a) != jtu.tree_structure(b)
+    assert jtu.tree_structure(a) == jtu.tree_structure(c)
+    leaves = jtu.tree_leaves(a)
+    # weight and the (non-static) Python float are leaves; the static size is not.
+    assert len(leaves) == 2
+    assert leaves[0] is w
+    assert leaves[1] == 1.0
+    rebuilt = jtu.tree_unflatten(jtu.tree_structure(b), leaves)
+    assert rebuilt.size == 4
+
+
+def test_static_field_metadata_is_recorded() -> None:
+    by_name = {f.name: f for f in pm.fields(Scaled)}
+    assert by_name["size"].metadata["static"] is True
+    assert by_name["scale"].metadata.get("static", False) is False
+
+
+def test_field_passes_metadata_through() -> None:
+    class Tagged(pm.Module):
+        x: int = pm.field(default=0, metadata={"unit": "m"})
+
+    (f,) = pm.fields(Tagged)
+    assert f.metadata["unit"] == "m"
+    assert f.metadata["static"] is False
+
+
+def test_static_field_with_unhashable_value_raises() -> None:
+    class Config(pm.Module):
+        sizes: Any = pm.field(static=True)
+
+    with pytest.raises(pm.InvalidFieldError, match=r"Config\.sizes is a static field.*list"):
+        Config([1, 2])
+    assert Config((1, 2)).sizes == (1, 2)
+
+
+@pytest.mark.parametrize("array", [jnp.ones(2, dtype=jnp.float32), np.ones(2, dtype=np.float32)])
+def test_static_field_holding_an_array_warns(array: Any) -> None:
+    class Holder(pm.Module):
+        value: Any = pm.field(static=True)
+
+    with pytest.warns(pm.StaticArrayWarning, match=r"Holder\.value is a static field but holds"):
+        Holder(array)
+    # Nested arrays are found too, and the warning is a PytreemodWarning.
+    with pytest.warns(pm.PytreemodWarning, match="never traced or differentiated"):
+        Holder((1, array))
+
+
+def test_init_false_field_is_rejected_at_class_creation() -> None:
+    with pytest.raises(pm.InvalidFieldError, match=r"Bad\.x is declared with init=False"):
+
+        class Bad(pm.Module):
+            x: int = dataclasses.field(init=False, default=1)
+
+
+# --- immutability -----------------------------------------------------------------------
+
+
+def test_assignment_after_init_raises(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    with pytest.raises(
+        pm.FrozenModuleError, match=r"Cannot assign Linear\.weight.*replace\(weight=.*tree_at"
+    ):
+        m.weight = pm.Param(jnp.zeros((2, 3), dtype=jnp.float32))
+    # Also for names that are not fields, and it is an AttributeError for hasattr & co.
+    with pytest.raises(AttributeError, match="Cannot assign Linear.other"):
+        m.other = 1  # pyright: ignore[reportAttributeAccessIssue]
+    assert m.weight.shape == (2, 3)
+
+
+def test_delete_raises(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    with pytest.raises(pm.FrozenModuleError, match=r"Cannot delete Linear\.bias"):
+        del m.bias
+    assert m.bias.shape == (3,)
+
+
+def test_undeclared_attribute_in_init_raises() -> None:
+    class Sloppy(pm.Module):
+        x: int
+
+        def __init__(self, x: int):
+            self.x = x
+            self.y = 2  # pyright: ignore[reportAttributeAccessIssue]
+
+    with pytest.raises(pm.UndeclaredFieldError, match=r"Sloppy\.__init__ sets 'y'.*Declare it"):
+        Sloppy(1)
+
+
+def test_forgotten_field_in_custom_init_raises() -> None:
+    class Forgetful(pm.Module):
+        x: int
+        y: int
+
+        def __init__(self, x: int):
+            self.x = x
+
+    with pytest.raises(
+        pm.UninitializedFieldError, match=r"Forgetful\.__init__ returned without .*'y'"
+    ):
+        Forgetful(1)
+
+
+def test_subclass_of_custom_init_class_gets_default_of_extra_field() -> None:
+    class Base(pm.Module):
+        x: int
+
+        def __init__(self, x: int):
+            self.x = x * 2
+
+    class Child(Base):
+        extra: int = 5
+
+    c = Child(3)
+    assert (c.x, c.extra) == (6, 5)
+    assert [f.name for f in pm.fields(c)] == ["x", "extra"]
+
+
+def test_subclass_of_custom_init_class_without_default_raises() -> None:
+    class Base(pm.Module):
+        x: int
+
+        def __init__(self, x: int):
+            self.x = x
+
+    class Child(Base):
+        extra: int
+
+    with pytest.raises(pm.UninitializedFieldError, match="'extra'"):
+        Child(3)
+
+
+# --- converters and __check_init__ ------------------------------------------------------
+
+
+def test_converter_runs_on_construction_but_not_on_unflatten() -> None:
+    calls: list[str] = []
+
+    def to_array(v: Any) -> Any:
+        calls.append("convert")
+        return jnp.asarray(v, dtype=jnp.float32)
+
+    class Converted(pm.Module):
+        x: Any = pm.field(converter=to_array)
+
+        def __check_init__(self) -> None:
+            calls.append("check")
+            assert self.x.ndim == 0  # would fail on a placeholder
+
+    m = Converted(1.0)  # pyright: ignore[reportCallIssue]
+    assert isinstance(m.x, jax.Array)
+    assert m.x.dtype == jnp.float32
+    assert calls == ["convert", "check"]
+
+    calls.clear()
+    nones = jax.tree.map(lambda _: None, m)
+    assert type(nones) is Converted
+    assert nones.x is None
+    sentinel = object()
+    objs = jax.tree.map(lambda _: sentinel, m)
+    assert objs.x is sentinel
+    doubled = jax.jit(lambda m: jax.tree.map(lambda v: v * 2, m))(m)
+    assert float(doubled.x) == 2.0
+    replaced = m.replace(x="not converted")
+    assert replaced.x == "not converted"
+    assert calls == []
+
+
+def test_converter_runs_after_custom_init() -> None:
+    class Converted(pm.Module):
+        x: Any = pm.field(converter=tuple)
+
+        def __init__(self, n: int):
+            self.x = list(range(n))
+
+    assert Converted(3).x == (0, 1, 2)
+
+
+def test_check_init_runs_for_every_class_in_mro_base_first() -> None:
+    order: list[str] = []
+
+    class Base(pm.Module):
+        x: int
+
+        def __check_init__(self) -> None:
+            order.append("base")
+            if self.x < 0:
+                raise ValueError("x must be non-negative")
+
+    class Middle(Base):
+        pass
+
+    class Child(Middle):
+        y: int = 0
+
+        def __check_init__(self) -> None:
+            order.append("child")
+
+    Child(1)
+    assert order == ["base", "child"]
+    with pytest.raises(ValueError, match="non-negative"):
+        Child(-1)
+
+
+def test_unflatten_does_not_run_init(getkey: Callable[[], jax.Array]) -> None:
+    inits: list[int] = []
+
+    class Counting(pm.Module):
+        w: jax.Array
+
+        def __init__(self, w: jax.Array):
+            inits.append(1)
+            self.w = w
+
+    m = Counting(jnp.ones(2, dtype=jnp.float32))
+    leaves, treedef = jtu.tree_flatten(m)
+    rebuilt = jtu.tree_unflatten(treedef, leaves)
+    assert type(rebuilt) is Counting
+    assert rebuilt == m
+    jax.vmap(lambda m: m.w.sum())(jax.tree.map(lambda x: jnp.stack([x, x]), m))
+    assert inits == [1]
+
+
+# --- bound methods ----------------------------------------------------------------------
+
+
+def test_bound_method_is_a_pytree_of_the_model(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    method = m.encode
+    assert isinstance(method, pm.BoundMethod)
+    assert method.__self__ is m
+    assert method.__name__ == "encode"
+    leaves = jax.tree.leaves(method)
+    assert len(leaves) == 2
+    assert leaves[0] is m.weight.value
+    assert leaves[1] is m.bias.value
+    x = jnp.ones(2, dtype=jnp.float32)
+    assert tree_allclose(method(x), jnp.tanh(m(x)))
+    # Accessed on the class, it is the plain function.
+    assert Linear.encode(m, x).shape == (3,)
+
+
+def test_bound_method_equality_hash_and_immutability(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    assert m.encode == m.encode
+    assert hash(m.encode) == hash(m.encode)
+    other = Linear(2, 3, key=getkey())
+    assert m.encode != other.encode
+    with pytest.raises(pm.FrozenModuleError, match="bound method"):
+        m.encode.__self__ = other  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def test_jit_traces_bound_method_argument_as_input(getkey: Callable[[], jax.Array]) -> None:
+    traces: list[int] = []
+
+    def call(method: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
+        traces.append(1)
+        return method(x)
+
+    jitted = jax.jit(call)
+    m = Linear(2, 3, key=getkey())
+    m2 = jax.tree.map(lambda w: w + 1.0, m)
+    x = jnp.ones(2, dtype=jnp.float32)
+    out1 = jitted(m.encode, x)
+    out2 = jitted(m2.encode, x)
+    assert len(traces) == 1  # the weights are inputs: no retrace
+    assert not np.allclose(out1, out2)
+    assert tree_allclose(out1, m.encode(x))
+    assert tree_allclose(out2, m2.encode(x))
+
+
+def test_grad_of_bound_method_gives_bound_method_of_grads(
+    getkey: Callable[[], jax.Array],
+) -> None:
+    m = Linear(2, 3, key=getkey())
+    x = jnp.ones(2, dtype=jnp.float32)
+    g = jax.grad(lambda f: f(x).sum())(m.encode)
+    assert isinstance(g, pm.BoundMethod)
+    assert g.__func__ is Linear.encode
+    assert isinstance(g.__self__, Linear)
+    # d/db sum(tanh(x @ W + b)) = 1 - tanh(.)**2
+    assert tree_allclose(g.__self__.bias.value, 1 - jnp.tanh(m(x)) ** 2)
+
+
+def test_plain_jax_jit_of_bound_method_works(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    x = jnp.ones(2, dtype=jnp.float32)
+    assert tree_allclose(jax.jit(m.encode)(x), m.encode(x))
+    m2 = jax.tree.map(lambda w: w * 2.0, m)
+    assert tree_allclose(jax.jit(m2.encode)(x), m2.encode(x))
+
+
+# --- JAX transforms ---------------------------------------------------------------------
+
+
+def test_jit_over_module(getkey: Callable[[], jax.Array]) -> None:
+    traces: list[int] = []
+
+    def apply(model: MLP, x: jax.Array) -> jax.Array:
+        traces.append(1)
+        return model(x)
+
+    jitted = jax.jit(apply)
+    m = _mlp(getkey)
+    x = jnp.arange(2, dtype=jnp.float32)
+    assert tree_allclose(jitted(m, x), m(x))
+    m2 = jax.tree.map(lambda w: w * 0.5, m)
+    assert tree_allclose(jitted(m2, x), m2(x))
+    assert len(traces) == 1
+    m3 = m.replace(activation=jax.nn.tanh)  # static field: new trace
+    assert tree_allclose(jitted(m3, x), m3(x))
+    assert len(traces) == 2
+
+
+def test_jit_returns_module(getkey: Callable[[], jax.Array]) -> None:
+    m = _mlp(getkey)
+    out = jax.jit(lambda m: jax.tree.map(lambda w: w + 1.0, m))(m)
+    assert type(out) is MLP
+    assert out.activation is jax.nn.relu
+    assert tree_allclose(out.layers[0].bias.value, jnp.ones(4, dtype=jnp.float32))
+
+
+def test_grad_returns_module_of_same_type(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(3, 2, key=getkey())
+    x = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
+
+    def loss(model: Linear) -> jax.Array:
+        return jax.vmap(model)(x).sum()
+
+    g = jax.grad(loss)(m)
+    assert type(g) is Linear
+    assert isinstance(g.weight, pm.Param)
+    # d/dW sum(x @ W + b) = x.T @ ones; d/db = batch size.
+    expected_w = x.T @ jnp.ones((2, 2), dtype=jnp.float32)
+    assert tree_allclose(g.weight.value, expected_w)
+    assert tree_allclose(g.bias.value, jnp.full((2,), 2.0, dtype=jnp.float32))
+
+
+def test_grad_with_static_field_and_sgd_step(getkey: Callable[[], jax.Array]) -> None:
+    m = _mlp(getkey)
+    x = jnp.ones((4, 2), dtype=jnp.float32)
+
+    def loss(model: MLP) -> jax.Array:
+        return jnp.mean(jax.vmap(model)(x) ** 2)
+
+    g = jax.grad(loss)(m)
+    assert type(g) is MLP
+    assert g.activation is jax.nn.relu
+    new = jax.tree.map(lambda p, d: p - 0.1 * d, m, g)
+    assert float(loss(new)) < float(loss(m))
+
+
+def test_vmap_over_stacked_model(getkey: Callable[[], jax.Array]) -> None:
+    m1, m2 = Linear(2, 3, key=getkey()), Linear(2, 3, key=getkey())
+    stacked = jax.tree.map(lambda a, b: jnp.stack([a, b]), m1, m2)
+    assert stacked.weight.shape == (2, 2, 3)
+    x = jnp.ones(2, dtype=jnp.float32)
+    out = jax.vmap(lambda m, x: m(x), in_axes=(0, None))(stacked, x)
+    assert tree_allclose(out, jnp.stack([m1(x), m2(x)]))
+    # Models can be produced by vmap too.
+    keys = jax.random.split(getkey(), 3)
+    ensemble = jax.vmap(lambda k: Linear(2, 3, key=k))(keys)
+    assert type(ensemble) is Linear
+    assert ensemble.weight.shape == (3, 2, 3)
+
+
+def test_flatten_with_path_gives_keyed_paths(getkey: Callable[[], jax.Array]) -> None:
+    m = _mlp(getkey)
+    flat, _ = jtu.tree_flatten_with_path(m)
+    paths = [p for p, _ in flat]
+    assert paths[0] == (
+        jtu.GetAttrKey("layers"),
+        jtu.SequenceKey(0),
+        jtu.GetAttrKey("weight"),
+        jtu.GetAttrKey("value"),
+    )
+    assert [jtu.keystr(p) for p in paths] == [
+        ".layers[0].weight.value",
+        ".layers[0].bias.value",
+        ".layers[1].weight.value",
+        ".layers[1].bias.value",
+    ]
+
+
+# --- replace, equality, fields, abstract classes ----------------------------------------
+
+
+def test_replace_method_and_function(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    new_bias = pm.Param(jnp.ones(3, dtype=jnp.float32))
+    r1 = m.replace(bias=new_bias)
+    r2 = pm.replace(m, bias=new_bias)
+    for r in (r1, r2):
+        assert type(r) is Linear
+        assert r.bias is new_bias
+        assert r.weight is m.weight
+    assert tree_allclose(m.bias.value, jnp.zeros(3, dtype=jnp.float32))  # unchanged
+    with pytest.raises(pm.FrozenModuleError):
+        r1.bias = new_bias
+
+
+def test_replace_unknown_field_raises(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    with pytest.raises(
+        pm.UndeclaredFieldError, match=r"Linear has no field 'bais'; its fields are: weight, bias"
+    ):
+        m.replace(bais=1)
+    with pytest.raises(pm.UndeclaredFieldError, match="no field 'z'"):
+        pm.replace(m, z=1)
+
+
+def test_equality(getkey: Callable[[], jax.Array]) -> None:
+    w = jnp.arange(3, dtype=jnp.float32)
+    assert Scaled(w) == Scaled(jnp.arange(3, dtype=jnp.float32))
+    assert Scaled(w) != Scaled(w + 1)
+    assert Scaled(w) != Scaled(w, size=4)  # static
+    assert Scaled(w) != Scaled(w, scale=2.0)  # python leaf
+    assert Scaled(w) != Scaled(w[:2])  # shape
+    assert Scaled(w) != Scaled(w.astype(jnp.int32))  # dtype
+    assert Scaled(w) != w
+    nan = jnp.array([jnp.nan], dtype=jnp.float32)
+    assert Scaled(nan) == Scaled(nan + 0)
+
+    class Other(pm.Module):
+        weight: jax.Array
+        size: int = pm.field(static=True, default=3)
+        scale: float = 1.0
+
+    assert Scaled(w) != Other(w)
+
+
+def test_hash_of_array_free_module() -> None:
+    class Config(pm.Module):
+        depth: int
+        name: str = pm.field(static=True, default="x")
+
+    assert hash(Config(2)) == hash(Config(2))
+    assert len({Config(2), Config(2), Config(3)}) == 2
+
+
+def test_fields() -> None:
+    assert [f.name for f in pm.fields(Scaled)] == ["weight", "size", "scale"]
+    m = Scaled(jnp.ones(1, dtype=jnp.float32))
+    assert [f.name for f in pm.fields(m)] == ["weight", "size", "scale"]
+    assert all(isinstance(f, dataclasses.Field) for f in pm.fields(m))
+    assert not any(f.name.startswith("_") for f in pm.fields(m))
+
+
+def test_abstract_methods_prevent_instantiation() -> None:
+    class Layer(pm.Module):
+        @abc.abstractmethod
+        def apply(self, x: jax.Array) -> jax.Array: ...
+
+    class Identity(Layer):
+        def apply(self, x: jax.Array) -> jax.Array:
+            return x
+
+    with pytest.raises(TypeError, match="abstract"):
+        Layer()  # pyright: ignore[reportAbstractUsage]
+    x = jnp.ones(2, dtype=jnp.float32)
+    assert Identity().apply(x) is x
