@@ -125,22 +125,39 @@ def _eq(x: Any, y: Any) -> bool:
 class _Entry:
     """One compiled function: a ``jax.jit`` object plus how to rebuild its outputs."""
 
-    __slots__ = ("ambiguous", "by_aval", "jitted", "out")
+    __slots__ = ("ambiguous", "build", "by_aval", "fast", "jitted", "out", "single")
 
     def __init__(self) -> None:
         self.jitted: Any = None
         self.out: _Out | None = None
         self.ambiguous = False
+        self.fast = False  # usable by the fast path: traced once, output rebuild known
+        self.single = False
+        self.build: Callable[[Any], Any] = _identity
         self.by_aval: dict[Any, _Entry] = {}
 
-    def record(self, out: Any) -> list[Any]:
+    def record(self, out: Any) -> Any:
         spec = _Out(out)
         if self.out is not None and not self.out.same(spec):
             # Retraced (new shapes) and the output's static part changed: from now on,
             # calls are keyed by input shapes too.
             self.ambiguous = True
         self.out = spec
+        self.single = spec.kind == "single"
+        self.build = spec.build
+        self.fast = not self.ambiguous
         return spec.split(out)
+
+
+def _call_form(fun_is_tree: bool, has_kwargs: bool) -> Callable[[Any], tuple[Any, Any, Any]]:
+    """How the flattened call tree splits back into (function, args, kwargs)."""
+    if fun_is_tree:
+        if has_kwargs:
+            return lambda t: (t[0], t[1], t[2])
+        return lambda t: (t[0], t[1], {})
+    if has_kwargs:
+        return lambda t: (None, t[0], t[1])
+    return lambda t: (None, t, {})
 
 
 class _JitWrapper(Generic[P, R]):
@@ -157,44 +174,72 @@ class _JitWrapper(Generic[P, R]):
         )
         self._jit_kwargs = jit_kwargs
         self._cache: dict[Any, _Entry] = {}
-        functools.update_wrapper(self, fun)  # type: ignore[arg-type]
 
-    # The hot path: keep it short.
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        __tracebackhide__ = True
-        tree = ((self._fun, args, kwargs) if self._fun_is_tree else (args, kwargs))
-        leaves, treedef = _flatten(tree)
+    def make_call(self) -> Callable[P, R]:
+        """The function users call. Its common case (every leaf an array, no leaf twice, a
+        compiled entry for this treedef) is a handful of C-level operations."""
+        cache = self._cache
+        flatten = _flatten
+        all_arrays = _all_arrays
+        slow = self._slow
+        fun = self._fun
+        fun_is_tree = self._fun_is_tree
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            if kwargs:
+                tree = (fun, args, kwargs) if fun_is_tree else (args, kwargs)
+            else:
+                tree = (fun, args) if fun_is_tree else args
+            leaves, treedef = flatten(tree)
+            if len(set(map(id, leaves))) == len(leaves) and all_arrays(leaves):
+                entry = cache.get(treedef)
+                if entry is not None and entry.fast:
+                    out = entry.jitted(*leaves)
+                    return out if entry.single else entry.build(out)
+            return slow(tree, leaves, treedef, bool(kwargs))
+
+        functools.update_wrapper(call, fun)  # type: ignore[arg-type]
+        call.lower = self.lower  # type: ignore[attr-defined]
+        call._pytreemod_jit = self  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    def _slow(self, tree: Any, leaves: list[Any], treedef: Any, has_kwargs: bool) -> Any:
+        """First calls, static or shared leaves, and shape-dependent outputs."""
         if len(set(map(id, leaves))) == len(leaves):
             if _all_arrays(leaves):
-                entry = self._cache.get(treedef)
-                if entry is None:
-                    entry = self._new_entry(treedef, "plain", tree, None)
+                key: Any = treedef
+                info: Any = None
+                kind = "plain"
                 dyn = leaves
             else:
                 static = tuple(None if is_array(x) else x for x in leaves)
                 key = (treedef, self._hashable(static, tree))
-                entry = self._cache.get(key)
-                if entry is None:
-                    entry = self._new_entry(key, "static", tree, (treedef, static))
+                info = (treedef, static)
+                kind = "static"
                 dyn = [x for x in leaves if is_array(x)]
         else:
             skeleton, dyn, _ = pack(tree)
             key = ("shared", skeleton)
-            entry = self._cache.get(key)
-            if entry is None:
-                entry = self._new_entry(key, "shared", tree, skeleton)
+            info = skeleton
+            kind = "shared"
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._new_entry(key, kind, tree, info, has_kwargs)
         if entry.ambiguous:
             entry = self._by_aval(entry, dyn)
         out = entry.jitted(*dyn)
-        assert entry.out is not None
-        return entry.out.build(out)
+        return entry.build(out)
 
     def _by_aval(self, entry: _Entry, dyn: list[Any]) -> _Entry:
         avals = tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in dyn)
         sub = entry.by_aval.get(avals)
         if sub is None:
             sub = _Entry()
-            sub.jitted = jax.jit(entry.jitted.__wrapped__, **self._jit_kwargs)
+            traced = entry.jitted.__wrapped__
+            sub.jitted = jax.jit(
+                lambda *dyn: traced(*dyn, _entry=sub), **self._jit_kwargs
+            )
             entry.by_aval[avals] = sub
         return sub
 
@@ -217,12 +262,15 @@ class _JitWrapper(Generic[P, R]):
             raise
         return static
 
-    def _new_entry(self, key: Any, kind: str, tree: Any, info: Any) -> _Entry:
+    def _new_entry(
+        self, key: Any, kind: str, tree: Any, info: Any, has_kwargs: bool
+    ) -> _Entry:
         entry = _Entry()
-        fun, fun_is_tree = self._fun, self._fun_is_tree
+        fun = self._fun
+        split_call = _call_form(self._fun_is_tree, has_kwargs)
 
         if kind == "plain":
-            treedef = info if info is not None else key
+            treedef = key
 
             def rebuild(dyn: Sequence[Any]) -> Any:
                 return _unflatten(treedef, dyn)
@@ -241,40 +289,32 @@ class _JitWrapper(Generic[P, R]):
             def rebuild(dyn: Sequence[Any]) -> Any:
                 return unpack(skeleton, dyn)
 
-        def traced(*dyn: Any) -> Any:
-            rebuilt = rebuild(dyn)
-            if fun_is_tree:
-                f, a, k = rebuilt
-            else:
-                f, (a, k) = fun, rebuilt
-            return entry.record(f(*a, **k))
+        def traced(*dyn: Any, _entry: _Entry = entry) -> Any:
+            f, a, k = split_call(rebuild(dyn))
+            return _entry.record((f if f is not None else fun)(*a, **k))
 
-        donate = self._donate_positions(tree) if self._donate else ()
+        f_, a_, k_ = split_call(tree)
+        donate = self._donate_positions(f_, a_, k_) if self._donate else ()
         entry.jitted = jax.jit(traced, donate_argnums=donate, **self._jit_kwargs)
         self._cache[key] = entry
         return entry
 
-    def _donate_positions(self, tree: Any) -> tuple[int, ...]:
+    def _donate_positions(self, fun: Any, args: Any, kwargs: Any) -> tuple[int, ...]:
         """Positions (among the traced arrays) of the arrays selected for donation."""
-        skeleton, _, slot_values = pack(tree)
-        args_index = 1 if self._fun_is_tree else 0
+        full = (fun if self._fun_is_tree else None, args, kwargs)
+        skeleton, _, slot_values = pack(full)
         value_of = dict(zip(skeleton.slots, slot_values))
         filters = [(d.argnum, to_filter(d.filter)) for d in self._donate]
         positions = []
         for i, slot in enumerate(skeleton.array_slots()):
             path = skeleton.path(slot)
-            if path[0] != args_index:  # the function itself, or keyword arguments
+            if path[0] != 1:  # the function itself, or keyword arguments
                 continue
             for argnum, filt in filters:
                 if path[1] == argnum and filt(path[2:], value_of[slot]):
                     positions.append(i)
                     break
         return tuple(positions)
-
-    def __get__(self, instance: Any, owner: Any = None) -> Any:
-        if instance is None:
-            return self
-        return functools.partial(self, instance)
 
     def lower(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Lower for ``(args, kwargs)`` without running: ``.lower(...).compile()``."""
@@ -349,8 +389,8 @@ def jit(
                 "arrays are donated with donate_argnums=(DonateState(argnum, filter),)."
             )
     if fun is None:
-        return lambda f: _JitWrapper(f, donate_argnums, jit_kwargs)
-    return _JitWrapper(fun, donate_argnums, jit_kwargs)
+        return lambda f: _JitWrapper(f, donate_argnums, jit_kwargs).make_call()
+    return _JitWrapper(fun, donate_argnums, jit_kwargs).make_call()
 
 
 filter_jit = jit

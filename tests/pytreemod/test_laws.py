@@ -49,7 +49,8 @@ variables = st.builds(lambda cls, x: cls(x), st.sampled_from(VARIABLE_TYPES), ar
 scalars = st.one_of(
     st.integers(-3, 3), st.floats(-2, 2, allow_nan=False, width=32), st.sampled_from(["x", None])
 )
-leaves = st.one_of(variables, variables, arrays, scalars)
+boxes = arrays.map(lambda x: pm.Partitioned(x, ("embed",) * x.ndim))
+leaves = st.one_of(variables, variables, arrays, scalars, boxes, boxes.map(pm.Param))
 
 
 def _extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -81,7 +82,10 @@ def _variables_of(tree: Any) -> list[pm.Variable]:
 @st.composite
 def models(draw: st.DrawFn) -> Any:
     """A Module (Node or Pair at the root), sometimes with one Variable tied at two places."""
-    root = draw(st.builds(Pair, subtrees, subtrees) | st.builds(Node, st.lists(subtrees, max_size=3), st.just({}), subtrees))
+    root = draw(
+        st.builds(Pair, subtrees, subtrees)
+        | st.builds(Node, st.lists(subtrees, max_size=3), st.just({}), subtrees)
+    )
     found = _variables_of(root)
     if found and draw(st.booleans()):
         tied = found[draw(st.integers(0, len(found) - 1))]
