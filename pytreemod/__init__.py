@@ -10,6 +10,7 @@ from ._errors import InvalidFilterError as InvalidFilterError
 from ._errors import PytreemodError as PytreemodError
 from ._errors import PytreemodWarning as PytreemodWarning
 from ._errors import StateMismatchError as StateMismatchError
+from ._errors import StateWriteError as StateWriteError
 from ._errors import StaticArrayWarning as StaticArrayWarning
 from ._errors import TransformError as TransformError
 from ._errors import TreeAtError as TreeAtError
@@ -51,6 +52,7 @@ from ._partition import state as state
 from ._partition import structure_of as structure_of
 from ._partition import to_variables as to_variables
 from ._repr import tree_pformat as tree_pformat
+from ._state import apply as apply
 from ._transforms import Carry as Carry
 from ._transforms import DiffState as DiffState
 from ._transforms import StateAxes as StateAxes

@@ -116,6 +116,18 @@ class TransformError(PytreemodError, ValueError):
     """
 
 
+class StateWriteError(PytreemodError, RuntimeError):
+    """A variable was written (``variable.set``) where that is not allowed.
+
+    Cause: outside ``pytreemod.apply``; to a collection that ``apply``'s ``mutable=`` does
+    not include; or to a variable that is not part of the model given to the innermost
+    ``apply`` (typically inside a transform, which rebuilds the model from its arrays).
+
+    Fix: call ``out, model = pm.apply(model, x, mutable=[...collections...])``; inside a
+    transformed function, call ``apply`` there and return the updated module.
+    """
+
+
 class PytreemodWarning(UserWarning):
     """Base class of every pytreemod warning."""
 

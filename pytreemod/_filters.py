@@ -126,8 +126,9 @@ class Not(Filter):
 
     filter: Filter
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "filter", to_filter(self.filter))
+    # Explicit, so that type checkers accept any filter form: Not("params").
+    def __init__(self, filter: FilterLike):
+        object.__setattr__(self, "filter", to_filter(filter))
 
     def __eq__(self, other: object) -> bool:
         # DenyList is another spelling of the same filter: equal, with the same hash.

@@ -163,17 +163,48 @@ def _is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
+_UNCHECKED = frozenset({"__init__", "__check_init__", "__post_init__", "__repr__"})
+
+
+def _typecheck_methods(namespace: dict[str, Any]) -> None:
+    """Wrap the class's own methods (``__call__`` and public ones) with jaxtyping+beartype.
+
+    The check runs whenever the method is called eagerly, and once per trace under
+    ``jit``: a compiled step pays nothing for it. ``__init__`` is not checked (modules
+    rebuilt by JAX never run it anyway).
+    """
+    from beartype import beartype
+    from jaxtyping import jaxtyped
+
+    for key, value in list(namespace.items()):
+        if not isinstance(value, types.FunctionType) or key in _UNCHECKED:
+            continue
+        if _is_dunder(key) and key != "__call__":
+            continue
+        namespace[key] = jaxtyped(typechecker=beartype)(value)
+
+
 # No frozen_default=True: type checkers would then reject the assignments in a custom
 # __init__ (`self.weight = ...`), the documented way to write a module. Freezing is enforced
 # at runtime by Module.__setattr__.
-@dataclass_transform(field_specifiers=(dataclasses.field, field))
+@dataclass_transform(eq_default=False, field_specifiers=(dataclasses.field, field))
 class _ModuleMeta(ABCMeta):
     """Makes every Module subclass a dataclass registered with JAX's C++ PyTree path."""
 
     def __new__(
-        mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
+        mcs,
+        name: str,
+        bases: tuple[type, ...],
+        namespace: dict[str, Any],
+        *,
+        typecheck: bool | None = None,
+        **kwargs: Any,
     ) -> Any:
         is_base = not any(isinstance(b, _ModuleMeta) for b in bases)
+        if typecheck is None:
+            typecheck = any(getattr(b, "_pytreemod_typecheck", False) for b in bases)
+        if typecheck:
+            _typecheck_methods(namespace)
         if is_base:
             # The unflatten sentinel is a real (kw-only) dataclass field so that
             # register_dataclass accepts it as a meta field; its value lives on the class.
@@ -190,6 +221,7 @@ class _ModuleMeta(ABCMeta):
             getattr(b, "_pytreemod_user_init", False) for b in bases
         )
         cls._pytreemod_user_init = user_init
+        cls._pytreemod_typecheck = bool(typecheck)
         # dataclass never overwrites an __init__ defined in the class body itself.
         cls = dataclasses.dataclass(eq=False, repr=False, init=not user_init)(cls)
         fields = [f for f in dataclasses.fields(cls) if f.name != _MARK]
@@ -318,6 +350,7 @@ class Module(metaclass=_ModuleMeta):
     _pytreemod_converters: ClassVar[tuple[tuple[str, Callable[[Any], Any]], ...]]
     _pytreemod_check_inits: ClassVar[tuple[Callable[[Any], None], ...]]
     _pytreemod_user_init: ClassVar[bool]
+    _pytreemod_typecheck: ClassVar[bool]
 
     def __setattr__(self, name: str, value: Any) -> None:
         if id(self) in _initialising:

@@ -57,6 +57,19 @@ class Variable(Generic[T]):
     def __delattr__(self, name: str) -> None:
         raise FrozenModuleError(f"Cannot delete {type(self).__name__}.{name}: immutable.")
 
+    def set(self, value: T) -> None:
+        """Record ``value`` as this variable's new value in the innermost ``pytreemod.apply``.
+
+        The variable itself is not changed; ``apply`` returns a model holding the new
+        value. Writing outside ``apply``, or to a collection the ``apply`` call did not
+        make mutable, is a ``StateWriteError``.
+        """
+        raise NotImplementedError  # replaced by pytreemod._state
+
+    def get(self) -> T:
+        """The value written in the current ``apply`` call if any, else ``value``."""
+        raise NotImplementedError  # replaced by pytreemod._state
+
     def replace(self: _V, value: Any) -> _V:
         """A new variable of the same type (and collection) holding ``value``."""
         return type(self)(value)

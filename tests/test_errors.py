@@ -70,16 +70,16 @@ def test_hierarchy(cls: type) -> None:
 
 def _test_sources() -> str:
     return "\n".join(
-        p.read_text(encoding="utf-8") for p in sorted(TESTS.rglob("*.py")) if p.name != "conftest.py"
+        p.read_text(encoding="utf-8")
+        for p in sorted(TESTS.rglob("*.py"))
+        if p.name != "conftest.py"
     )
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=NAMES)
 def test_raised_and_matched_somewhere_in_the_suite(cls: type) -> None:
     kind = "warns" if issubclass(cls, Warning) else "raises"
-    pattern = re.compile(
-        rf"pytest\.{kind}\(\s*pm\.{cls.__name__}\s*,\s*match=", re.MULTILINE
-    )
+    pattern = re.compile(rf"pytest\.{kind}\(\s*pm\.{cls.__name__}\s*,\s*match=", re.MULTILINE)
     assert pattern.search(_test_sources()), (
         f"No test triggers pm.{cls.__name__} with `pytest.{kind}(pm.{cls.__name__}, "
         "match=...)`; add one that checks the message."

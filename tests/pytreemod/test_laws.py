@@ -74,7 +74,8 @@ subtrees = st.recursive(leaves, _extend, max_leaves=12)
 
 def _variables_of(tree: Any) -> list[pm.Variable]:
     return [
-        x for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, pm.Variable))
+        x
+        for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, pm.Variable))
         if isinstance(x, pm.Variable)
     ]
 
@@ -312,7 +313,9 @@ def partitioned(draw: st.DrawFn, min_ndim: int = 0) -> pm.Partitioned:
 
 @SETTINGS
 @given(partitioned(), st.data(), names)
-def test_add_then_remove_axis_is_identity(x: pm.Partitioned, data: st.DataObject, name: Any) -> None:
+def test_add_then_remove_axis_is_identity(
+    x: pm.Partitioned, data: st.DataObject, name: Any
+) -> None:
     n = len(x.names) + 1
     i = data.draw(st.integers(-n, n - 1))
     params = {pm.PARTITION_NAME: name} if name is not None else {}

@@ -169,12 +169,13 @@ def test_tree_map_keeps_boxes() -> None:
 
 
 def test_optimizer_state_inherits_partitioning() -> None:
-    params = {"w": pm.Partitioned(_f32(2, 3), ("embed", "mlp"))}
+    params: Any = {"w": pm.Partitioned(_f32(2, 3), ("embed", "mlp"))}
     opt = optax.adam(1e-3)
     with jax.numpy_dtype_promotion("standard"):  # optax is not strict-promotion clean
-        state = opt.init(params)
+        state: Any = opt.init(params)
+        updates: Any
         updates, _ = opt.update(jax.tree.map(jnp.ones_like, params), state, params)
-    mu = state[0].mu  # pyright: ignore[reportIndexIssue,reportAttributeAccessIssue]
+    mu = state[0].mu
     assert isinstance(mu["w"], pm.Partitioned)
     assert mu["w"].names == ("embed", "mlp")
     assert updates["w"].names == ("embed", "mlp")

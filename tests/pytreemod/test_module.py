@@ -173,7 +173,7 @@ def test_assignment_after_init_raises(getkey: Callable[[], jax.Array]) -> None:
     ):
         m.weight = pm.Param(jnp.zeros((2, 3), dtype=jnp.float32))
     # Also for names that are not fields, and it is an AttributeError for hasattr & co.
-    with pytest.raises(AttributeError, match="Cannot assign Linear.other"):
+    with pytest.raises(AttributeError, match=r"Cannot assign Linear\.other"):
         m.other = 1  # pyright: ignore[reportAttributeAccessIssue]
     assert m.weight.shape == (2, 3)
 
@@ -237,7 +237,7 @@ def test_subclass_of_custom_init_class_without_default_raises() -> None:
         extra: int
 
     with pytest.raises(pm.UninitializedFieldError, match="'extra'"):
-        Child(3)
+        Child(3)  # pyright: ignore[reportCallIssue]
 
 
 # --- converters and __check_init__ ------------------------------------------------------

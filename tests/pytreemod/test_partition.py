@@ -47,7 +47,9 @@ def test_partition_groups_by_first_match() -> None:
     assert set(params) == {"blocks", "a"}  # the tied `b` is stored once, under `a`
     assert set(params["blocks"][0]) == {"w", "bare"}  # bare arrays are params
     assert params["blocks"][1]["w"] is net.blocks[1].w.value
-    assert stats == {"blocks": {0: {"mean": net.blocks[0].mean.value}, 1: {"mean": net.blocks[1].mean.value}}}
+    assert stats == {
+        "blocks": {0: {"mean": net.blocks[0].mean.value}, 1: {"mean": net.blocks[1].mean.value}}
+    }
     assert rest == {"head": {"cache": net.head["cache"].value}}
     # First match wins: the BatchStats match both filters and go to the first.
     _, first, second, rest2 = pm.partition(net, pm.BatchStat, True)
@@ -108,7 +110,7 @@ def test_tied_variables_stay_tied() -> None:
 
 
 def test_combine_missing_value_raises() -> None:
-    structure, params, stats, rest = pm.partition(make_net(), "params", "batch_stats")
+    structure, params, stats, _ = pm.partition(make_net(), "params", "batch_stats")
     with pytest.raises(
         pm.StateMismatchError,
         match=r"No state has a value for \.head\.cache \(collection 'cache'\).*including the rest",
@@ -118,9 +120,7 @@ def test_combine_missing_value_raises() -> None:
 
 def test_combine_value_in_two_states_raises() -> None:
     structure, params, rest = pm.partition(make_net(), "params")
-    with pytest.raises(
-        pm.StateMismatchError, match=r"\.blocks\[0\]\.w has a value in 2 states"
-    ):
+    with pytest.raises(pm.StateMismatchError, match=r"\.blocks\[0\]\.w has a value in 2 states"):
         pm.combine(structure, params, rest, params)
 
 
@@ -213,10 +213,10 @@ def test_optax_accepts_states() -> None:
     grads = jax.tree.map(jnp.ones_like, params)
     # optax itself is not clean under the suite's strict dtype promotion (b1 ** count).
     with jax.numpy_dtype_promotion("standard"):
-        opt_state = opt.init(params)
+        opt_state: Any = opt.init(params)
         updates, opt_state = opt.update(grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
-    assert jax.tree.structure(opt_state[0].mu) == jax.tree.structure(params)  # pyright: ignore[reportIndexIssue,reportAttributeAccessIssue]
+        new_params: Any = optax.apply_updates(params, updates)
+    assert jax.tree.structure(opt_state[0].mu) == jax.tree.structure(params)
     assert jax.tree.structure(new_params) == jax.tree.structure(params)
     new = pm.combine(structure, new_params, rest)
     assert new.a is new.b
@@ -229,9 +229,7 @@ def test_boxes_are_state_leaves() -> None:
         w: pm.Param
         raw: pm.Partitioned
 
-    tree = Boxed(
-        pm.Param(pm.Partitioned(_f32(2, 3), ("a", "b"))), pm.Partitioned(_f32(2), ("c",))
-    )
+    tree = Boxed(pm.Param(pm.Partitioned(_f32(2, 3), ("a", "b"))), pm.Partitioned(_f32(2), ("c",)))
     structure, params, rest = pm.partition(tree, "params")
     assert rest == {}
     assert isinstance(params["w"], pm.Partitioned)
