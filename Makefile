@@ -33,7 +33,7 @@ pytest: $(VENV)/.stamp-test
 test: lint pytest
 
 bench: $(VENV)/.stamp-test
-	$(PY) benchmarks/run_all.py
+	$(PY) -m benchmarks.run_all
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -8,7 +8,9 @@ from collections.abc import Callable
 import jax
 
 
-def per_call_us(fns: dict[str, Callable[[], object]], *, calls: int, rounds: int) -> dict[str, float]:
+def per_call_us(
+    fns: dict[str, Callable[[], object]], *, calls: int, rounds: int
+) -> dict[str, float]:
     """Microseconds per call of each function: min over ``rounds`` interleaved rounds."""
     for fn in fns.values():  # compile and warm up
         for _ in range(max(10, calls // 10)):

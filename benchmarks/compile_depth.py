@@ -39,7 +39,9 @@ def _raw_block(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
     return x + jax.nn.relu(x @ p["w"] + p["b"])
 
 
-def compile_seconds(make: Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]], repeats: int) -> float:
+def compile_seconds(
+    make: Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]], repeats: int
+) -> float:
     best = float("inf")
     for _ in range(repeats):
         jax.clear_caches()
@@ -84,7 +86,10 @@ def variants(depth: int) -> dict[str, Callable[[], tuple[Callable[..., Any], tup
                 x = b(x)
             return x
 
-        return (lambda bs, x: pm.value_and_grad(lambda bs: jnp.mean(forward(bs, x) ** 2))(bs)), (blocks, x)
+        return (lambda bs, x: pm.value_and_grad(lambda bs: jnp.mean(forward(bs, x) ** 2))(bs)), (
+            blocks,
+            x,
+        )
 
     def pm_scan() -> tuple[Callable[..., Any], tuple[Any, ...]]:
         stack = pm.vmap(lambda k: Block(key=k))(keys)

@@ -7,7 +7,7 @@ Run: ``python -m benchmarks.dispatch`` (prints a Markdown table).
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -102,13 +102,13 @@ def contestants(depth: int) -> dict[str, dict[str, Callable[[], Any]]]:
     @pm.jit
     def pm_step(m: MLP, s: Any, x: jax.Array, y: jax.Array) -> Any:
         loss, g = pm.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(m)
-        u, s = opt.update(g, s, m)
-        return optax.apply_updates(m, u), s, loss
+        u, s = opt.update(g, s, cast(Any, m))
+        return optax.apply_updates(cast(Any, m), u), s, loss
 
     @eqx.filter_jit
     def eqx_step(m: EqxMLP, s: Any, x: jax.Array, y: jax.Array) -> Any:
         loss, g = eqx.filter_value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(m)
-        u, s = opt.update(g, s, eqx.filter(m, eqx.is_array))
+        u, s = opt.update(g, s, cast(Any, eqx.filter(m, eqx.is_array)))
         return eqx.apply_updates(m, u), s, loss
 
     @nnx.jit
@@ -119,20 +119,23 @@ def contestants(depth: int) -> dict[str, dict[str, Callable[[], Any]]]:
 
     state: dict[str, Any] = {
         "raw": (params, opt.init(params)),
-        "pm": (model, opt.init(model)),
+        "pm": (model, opt.init(cast(Any, model))),
         "eqx": (eqx_model, opt.init(eqx.filter(eqx_model, eqx.is_array))),
     }
 
     def run_raw() -> None:
-        p, s, _ = raw_step(*state["raw"], x, y)
+        p, s = state["raw"]
+        p, s, _ = raw_step(p, s, x, y)
         state["raw"] = (p, s)
 
     def run_pm() -> None:
-        m, s, _ = pm_step(*state["pm"], x, y)
+        m, s = state["pm"]
+        m, s, _ = pm_step(m, s, x, y)
         state["pm"] = (m, s)
 
     def run_eqx() -> None:
-        m, s, _ = eqx_step(*state["eqx"], x, y)
+        m, s = state["eqx"]
+        m, s, _ = eqx_step(m, s, x, y)
         state["eqx"] = (m, s)
 
     return {

@@ -56,17 +56,17 @@ class MLP(pm.Module):
 
 
 def load_data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    digits = load_digits()
-    x = digits.data.astype(np.float32) / 16.0
-    y = digits.target.astype(np.int32)
+    data, target = load_digits(return_X_y=True)
+    x = np.asarray(data, dtype=np.float32) / 16.0
+    y = np.asarray(target, dtype=np.int32)
     x_train, x_test, y_train, y_test = train_test_split(
         x, y, test_size=0.25, random_state=seed, stratify=y
     )
-    return x_train, x_test, y_train, y_test
+    return np.asarray(x_train), np.asarray(x_test), np.asarray(y_train), np.asarray(y_test)
 
 
 def main(argv: list[str] | None = None) -> list[float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Train an ensemble of MLPs on digits.")
     parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch", type=int, default=64)
@@ -83,8 +83,11 @@ def main(argv: list[str] | None = None) -> list[float]:
         metadata_params={pm.PARTITION_NAME: "ensemble"},
     )
     ensemble = make(jax.random.split(init_key, args.members))
-    print("stacked first-layer kernel:", ensemble.layers[0].weight.value.names,
-          ensemble.layers[0].weight.shape)
+    print(
+        "stacked first-layer kernel:",
+        ensemble.layers[0].weight.value.names,
+        ensemble.layers[0].weight.shape,
+    )
 
     optimizer = optax.adam(1e-3)
     metadata = {pm.PARTITION_NAME: "ensemble"}
@@ -97,8 +100,9 @@ def main(argv: list[str] | None = None) -> list[float]:
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
         loss, grads = pm.value_and_grad(loss_fn)(model)
-        updates, state = optimizer.update(grads, state, model)
-        return optax.apply_updates(model, updates), state, loss
+        params: Any = model  # a module is a PyTree of arrays: optax takes it as is
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
 
     @pm.jit
     def train_step(models: MLP, states: Any, x: jax.Array, y: jax.Array) -> Any:
@@ -115,12 +119,9 @@ def main(argv: list[str] | None = None) -> list[float]:
         idx = jax.random.randint(
             jax.random.fold_in(data_key, step), (args.members, args.batch), 0, n
         )
-        ensemble, opt_state, loss = train_step(
-            ensemble, opt_state, x_train_j[idx], y_train_j[idx]
-        )
+        ensemble, opt_state, loss = train_step(ensemble, opt_state, x_train_j[idx], y_train_j[idx])
         if step % 200 == 0 or step == args.steps - 1:
-            print(f"step {step:4d}  loss per member: "
-                  + " ".join(f"{float(v):.3f}" for v in loss))
+            print(f"step {step:4d}  loss per member: " + " ".join(f"{float(v):.3f}" for v in loss))
 
     logits = predict(ensemble, jnp.asarray(x_test))  # (members, n_test, 10)
     accuracies = [float(v) for v in (logits.argmax(-1) == y_test[None]).mean(axis=1)]

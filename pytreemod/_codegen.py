@@ -86,7 +86,9 @@ class _Emitter:
             return f"{self.const(typ)}({', '.join(self.emit(c) for c in children)})"
         # Anything else: let JAX build this subtree from its leaves.
         leaves = [self.leaf_expr() for _ in range(treedef.num_leaves)]
-        return f"{self.const(functools.partial(jtu.tree_unflatten, treedef))}([{', '.join(leaves)}])"
+        return (
+            f"{self.const(functools.partial(jtu.tree_unflatten, treedef))}([{', '.join(leaves)}])"
+        )
 
 
 def compile_unflatten(

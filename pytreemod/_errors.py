@@ -55,6 +55,17 @@ class InvalidFieldError(PytreemodError, TypeError):
     """
 
 
+class UnhashableModuleError(PytreemodError, TypeError):
+    """A module holding arrays was hashed.
+
+    Cause: JAX hashes values it treats as static: ``jax.jit(model)`` (the function to
+    compile), ``static_argnums``, a static field holding a module. Arrays have no hash.
+
+    Fix: pass the model as a traced argument: ``pm.jit(model)(x)`` (pytreemod's jit traces
+    the function's own arrays) or ``jax.jit(lambda m, x: m(x))(model, x)``.
+    """
+
+
 class InvalidFilterError(PytreemodError, TypeError):
     """A value that is not one of the filter forms was used as a filter.
 
@@ -125,6 +136,35 @@ class StateWriteError(PytreemodError, RuntimeError):
 
     Fix: call ``out, model = pm.apply(model, x, mutable=[...collections...])``; inside a
     transformed function, call ``apply`` there and return the updated module.
+    """
+
+
+class LogicalAxisRulesError(PytreemodError, ValueError):
+    """Logical axis rules that are not a sequence of ``(logical_name, mesh_axes)`` pairs.
+
+    Cause: a rule that is not a 2-tuple, a logical name that is not a string, a mesh side
+    that is not a mesh axis name, a tuple of them or ``None``, or a dict given as rules
+    (rules are ordered by precedence, so they are a sequence).
+
+    Fix: write the rules as ``(("batch", "data"), ("embed", None), ("mlp", "model"))``; a
+    dict can be passed as ``tuple(d.items())``.
+    """
+
+
+class ShardingError(PytreemodError, ValueError):
+    """Axis names that cannot be turned into a sharding of the array they describe.
+
+    Cause: a box or ``with_logical_constraint`` whose number of names differs from the
+    array's number of axes (often a plain ``jax.vmap`` over a boxed tree, which does not
+    update the metadata), a logical name used for two axes of one array, a mesh axis the
+    mesh does not have or one used for two axes, an array axis the mesh axes cannot split
+    evenly, no mesh to build a ``NamedSharding`` on, or (with
+    ``RulesFallback.RAISE_ERROR``) a logical name no rule maps.
+
+    Fix: the message names the path in the tree and the names involved: give one name per
+    axis, use ``pm.vmap``/``pm.scan`` with ``metadata_params`` to add or remove axes, add
+    logical axis rules for the names, pass ``mesh=`` (or use ``jax.set_mesh``), or pick
+    sizes divisible by the mesh axis sizes.
     """
 
 

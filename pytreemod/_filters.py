@@ -267,7 +267,7 @@ def to_filter(spec: FilterLike) -> Filter:
     if isinstance(spec, (list, tuple)):
         return to_filter(Any(*spec))
     if callable(spec):
-        return Predicate(spec)
+        return Predicate(t.cast(Callable[[Path, t.Any], bool], spec))
     raise InvalidFilterError(
         f"{spec!r} (of type {type(spec).__name__}) is not a filter. A filter is {_FORMS}."
     )

@@ -23,8 +23,8 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import jax
 import jax.tree_util as jtu
 
-from ._errors import TransformError
 from ._codegen import compile_unflatten
+from ._errors import TransformError
 from ._filters import FilterLike, to_filter
 from ._pack import Skeleton, pack, unpack
 from ._tree import format_path, is_array
@@ -237,9 +237,7 @@ class _JitWrapper(Generic[P, R]):
         if sub is None:
             sub = _Entry()
             traced = entry.jitted.__wrapped__
-            sub.jitted = jax.jit(
-                lambda *dyn: traced(*dyn, _entry=sub), **self._jit_kwargs
-            )
+            sub.jitted = jax.jit(lambda *dyn: traced(*dyn, _entry=sub), **self._jit_kwargs)
             entry.by_aval[avals] = sub
         return sub
 
@@ -247,7 +245,7 @@ class _JitWrapper(Generic[P, R]):
         try:
             hash(static)
         except TypeError:
-            for (kp, leaf) in jtu.tree_flatten_with_path(tree)[0]:
+            for kp, leaf in jtu.tree_flatten_with_path(tree)[0]:
                 if not is_array(leaf):
                     try:
                         hash(leaf)
@@ -262,11 +260,9 @@ class _JitWrapper(Generic[P, R]):
             raise
         return static
 
-    def _new_entry(
-        self, key: Any, kind: str, tree: Any, info: Any, has_kwargs: bool
-    ) -> _Entry:
+    def _new_entry(self, key: Any, kind: str, tree: Any, info: Any, has_kwargs: bool) -> _Entry:
         entry = _Entry()
-        fun = self._fun
+        fun: Callable[..., Any] = self._fun
         split_call = _call_form(self._fun_is_tree, has_kwargs)
 
         if kind == "plain":
@@ -320,7 +316,8 @@ class _JitWrapper(Generic[P, R]):
         """Lower for ``(args, kwargs)`` without running: ``.lower(...).compile()``."""
         tree = (self._fun, args, kwargs) if self._fun_is_tree else (args, kwargs)
         skeleton, dyn, _ = pack(tree)
-        fun, fun_is_tree = self._fun, self._fun_is_tree
+        fun: Callable[..., Any] = self._fun
+        fun_is_tree = self._fun_is_tree
 
         def traced(*dyn: Any) -> Any:
             rebuilt = unpack(skeleton, dyn)

@@ -21,7 +21,7 @@ import types
 import warnings
 from abc import ABCMeta
 from collections.abc import Callable
-from typing import Any, ClassVar, Generic, TypeVar, dataclass_transform
+from typing import Any, ClassVar, Generic, TypeVar, cast, dataclass_transform
 
 import jax.tree_util as jtu
 
@@ -29,6 +29,7 @@ from ._errors import (
     FrozenModuleError,
     InvalidFieldError,
     StaticArrayWarning,
+    UnhashableModuleError,
     UndeclaredFieldError,
     UninitializedFieldError,
 )
@@ -117,6 +118,10 @@ class BoundMethod(Generic[_T]):
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenModuleError(f"Cannot set {name!r} on a bound method; it is immutable.")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy/deepcopy/pickle: rebuild through __init__, not the frozen __setattr__.
+        return (BoundMethod, (self.__func__, self.__self__))
+
     def __getattr__(self, name: str) -> Any:
         # __name__, __qualname__, __doc__, __module__ ... of the underlying function.
         if name in ("__func__", "__self__"):
@@ -151,7 +156,7 @@ class _MethodDescriptor:
 
     def __init__(self, func: types.FunctionType):
         self.__func__ = func
-        functools.update_wrapper(self, func)
+        functools.update_wrapper(cast(Any, self), func)
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         if instance is None:
@@ -216,7 +221,7 @@ class _ModuleMeta(ABCMeta):
             for key, value in list(namespace.items()):
                 if isinstance(value, types.FunctionType) and not _is_dunder(key):
                     namespace[key] = _MethodDescriptor(value)
-        cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        cls: Any = super().__new__(mcs, name, bases, namespace, **kwargs)
         user_init = "__init__" in namespace or any(
             getattr(b, "_pytreemod_user_init", False) for b in bases
         )
@@ -257,10 +262,10 @@ class _ModuleMeta(ABCMeta):
         if kwargs.get(_MARK) is _UNFLATTEN:
             # JAX (or replace/tree_at) rebuilding a tree: no __init__, no checks.
             del kwargs[_MARK]
-            self = object.__new__(cls)
-            self.__dict__.update(kwargs)
-            return self
-        self = cls.__new__(cls)
+            new: Any = object.__new__(cls)
+            new.__dict__.update(kwargs)
+            return new
+        self: Any = cast(Any, cls).__new__(cls)  # object.__new__: checks abstract methods
         key = id(self)
         _initialising.add(key)
         try:
@@ -301,7 +306,7 @@ def _finish_init(cls: Any, self: Any) -> None:
                 "differentiated, and a new one forces a recompile. Declare the field "
                 "without static=True.",
                 StaticArrayWarning,
-                stacklevel=4,
+                stacklevel=3,  # the line that constructs the module
             )
             continue
         try:
@@ -390,7 +395,15 @@ class Module(metaclass=_ModuleMeta):
         return type(self) is type(other) and tree_equal(self, other)
 
     def __hash__(self) -> int:
-        return hash((type(self), *jtu.tree_leaves(self)))
+        try:
+            return hash((type(self), *jtu.tree_leaves(self)))
+        except TypeError:
+            raise UnhashableModuleError(
+                f"{type(self).__name__} is not hashable because it holds arrays. This usually "
+                "means a model was used where JAX needs a static value, as in "
+                "`jax.jit(model)` or `static_argnums`: pass the model as a traced argument "
+                "instead, e.g. `pm.jit(model)(x)` or `jax.jit(lambda m, x: m(x))(model, x)`."
+            ) from None
 
     def __repr__(self) -> str:
         from ._repr import tree_pformat
@@ -411,7 +424,7 @@ def replace(module: _M, /, **changes: Any) -> _M:
         raise UndeclaredFieldError(
             f"{cls.__name__} has no field {unknown[0]!r}; its fields are: {fields}."
         )
-    new = object.__new__(cls)
+    new: Any = object.__new__(cls)
     new.__dict__.update(module.__dict__)
     new.__dict__.update(changes)
     return new

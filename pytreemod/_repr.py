@@ -2,6 +2,7 @@
 
 import dataclasses
 import types
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -81,7 +82,7 @@ def _fmt(obj: Any, indent: int, width: int, used: int = 0) -> str:
 def _group(
     open_: str,
     close: str,
-    items: list[tuple[str | None, Any]],
+    items: Sequence[tuple[str | None, Any]],
     indent: int,
     width: int,
     used: int = 0,

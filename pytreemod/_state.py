@@ -124,7 +124,9 @@ def apply(
         return out, module
     structure, values = _split(module)
     new_values = [
-        type(v)(recorder.writes[id(v)]) if isinstance(v, Variable) and id(v) in recorder.writes else v
+        type(v)(recorder.writes[id(v)])
+        if isinstance(v, Variable) and id(v) in recorder.writes
+        else v
         for v in values
     ]
     unwrapped = [v.value if isinstance(v, Variable) else v for v in new_values]

@@ -17,7 +17,7 @@ value) and, where it adds or removes an axis of an axis-metadata box, calls the 
 import dataclasses
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -29,9 +29,6 @@ from ._pack import Skeleton, pack, unpack
 from ._partition import partition
 from ._tree import Path, format_path, is_inexact_array
 from ._variables import Variable
-
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 class _CarryType:
     """The ``Carry`` marker of ``scan``'s ``in_axes``/``out_axes`` and ``StateAxes``."""
@@ -111,11 +108,12 @@ def _is_axis_leaf(spec: Any) -> bool:
 
 
 def _describe(path: Path, root: str) -> str:
-    if root == "args" and path:
-        if path[0] == 0 and len(path) > 1:
-            return f"args[{path[1]}]{format_path(path[2:])}"
-        if path[0] == 1 and len(path) > 1:
-            return f"kwargs[{path[1]!r}]{format_path(path[2:])}"
+    if root == "args" and len(path) > 1:
+        head, key, rest = path[0], path[1], path[2:]
+        if head == 0:
+            return f"args[{key}]{format_path(rest)}"
+        if head == 1:
+            return f"kwargs[{key!r}]{format_path(rest)}"
     return f"{root}{format_path(path)}" if path else root
 
 
@@ -571,7 +569,10 @@ def scan(
         )
         yskel, yaxis = cell["ys"]
         ys_axes = [yaxis[s] for s in yskel.array_slots()]
-        ys = [jnp.moveaxis(y, 0, ax) if isinstance(ax, int) and ax else y for y, ax in zip(ys, ys_axes)]
+        ys = [
+            jnp.moveaxis(y, 0, ax) if isinstance(ax, int) and ax else y
+            for y, ax in zip(ys, ys_axes)
+        ]
 
         def fix_out(slot: int, value: Any) -> Any:
             ax = yaxis[slot]
@@ -641,7 +642,7 @@ def _split_new_carry(
 
 
 def remat(
-    fun: F | None = None,
+    fun: Callable[..., Any] | None = None,
     *,
     policy: Callable[..., bool] | None = None,
     prevent_cse: bool = True,
@@ -700,7 +701,9 @@ def _same_outputs(name: str, outs: list[Skeleton]) -> Skeleton:
     return outs[0]
 
 
-def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
+def cond(
+    pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any
+) -> Any:
     """``jax.lax.cond`` over modules: both branches must return the same structure."""
     fns, arrays, outs = _branches("cond", [true_fun, false_fun], operands)
     out = jax.lax.cond(pred, fns[0], fns[1], arrays)

@@ -4,6 +4,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 import jax
+import jax.core
 import jax.tree_util as jtu
 import numpy as np
 

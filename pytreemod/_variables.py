@@ -57,6 +57,13 @@ class Variable(Generic[T]):
     def __delattr__(self, name: str) -> None:
         raise FrozenModuleError(f"Cannot delete {type(self).__name__}.{name}: immutable.")
 
+    # copy, deepcopy and pickle restore the value without going through __setattr__.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "value", state["value"])
+
     def set(self, value: T) -> None:
         """Record ``value`` as this variable's new value in the innermost ``pytreemod.apply``.
 

@@ -1,7 +1,9 @@
 """Module: dataclass fields, static fields, immutability, init checks, bound methods, JAX."""
 
 import abc
+import copy
 import dataclasses
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -154,6 +156,20 @@ def test_static_field_holding_an_array_warns(array: Any) -> None:
     # Nested arrays are found too, and the warning is a PytreemodWarning.
     with pytest.warns(pm.PytreemodWarning, match="never traced or differentiated"):
         Holder((1, array))
+
+
+def test_static_array_warning_points_at_the_construction() -> None:
+    class Holder(pm.Module):
+        value: Any = pm.field(static=True)
+
+    def build() -> Holder:
+        return Holder(jnp.ones(2, dtype=jnp.float32))
+
+    with pytest.warns(pm.StaticArrayWarning) as record:
+        build()
+    (warning,) = record
+    assert warning.filename == __file__
+    assert warning.lineno == build.__code__.co_firstlineno + 1
 
 
 def test_init_false_field_is_rejected_at_class_creation() -> None:
@@ -328,7 +344,14 @@ def test_unflatten_does_not_run_init(getkey: Callable[[], jax.Array]) -> None:
     assert type(rebuilt) is Counting
     assert rebuilt == m
     jax.vmap(lambda m: m.w.sum())(jax.tree.map(lambda x: jnp.stack([x, x]), m))
+    assert jax.tree.map(lambda _: None, m).w is None
+    assert type(jax.tree.map(lambda _: object(), m)) is Counting
     assert inits == [1]
+    # An __init__ whose signature is unrelated to the fields is never called by JAX either.
+    linear = Linear(2, 3, key=getkey())
+    placeholders = jax.tree.map(lambda _: None, linear)
+    assert type(placeholders) is Linear
+    assert placeholders.weight.value is None
 
 
 # --- bound methods ----------------------------------------------------------------------
@@ -569,3 +592,32 @@ def test_abstract_methods_prevent_instantiation() -> None:
         Layer()  # pyright: ignore[reportAbstractUsage]
     x = jnp.ones(2, dtype=jnp.float32)
     assert Identity().apply(x) is x
+
+
+# --- copying and pickling ---------------------------------------------------------------
+
+
+class Tied(pm.Module):
+    a: pm.Param
+    b: pm.Param
+    inner: Linear
+
+
+@pytest.mark.parametrize(
+    "clone",
+    [copy.copy, copy.deepcopy, lambda x: pickle.loads(pickle.dumps(x))],
+    ids=["copy", "deepcopy", "pickle"],
+)
+def test_copy_deepcopy_pickle(clone: Callable[[Any], Any], getkey: Callable[[], jax.Array]) -> None:
+    shared = pm.Param(jnp.arange(3, dtype=jnp.float32))
+    m = Tied(shared, shared, Linear(2, 3, key=getkey()))
+    new = clone(m)
+    assert type(new) is Tied
+    assert new == m
+    assert new.a is new.b  # sharing survives the memo
+    with pytest.raises(pm.FrozenModuleError):
+        new.a = shared
+    method = clone(m.inner.encode)
+    assert isinstance(method, pm.BoundMethod)
+    x = jnp.ones(2, dtype=jnp.float32)
+    assert tree_allclose(method(x), m.inner.encode(x))

@@ -1,5 +1,8 @@
 """Variables: collections, subclassing, immutability, shape/dtype, PyTree behaviour."""
 
+import copy
+import pickle
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -130,3 +133,22 @@ def test_equality_and_hash() -> None:
     assert pm.Param(1.0) == pm.Param(1.0)
     assert hash(pm.Param(1.0)) == hash(pm.Param(1.0))
     assert hash(pm.Param(1.0)) != hash(pm.Cache(1.0))
+
+
+@pytest.mark.parametrize(
+    "clone",
+    [copy.copy, copy.deepcopy, lambda x: pickle.loads(pickle.dumps(x))],
+    ids=["copy", "deepcopy", "pickle"],
+)
+def test_copy_deepcopy_pickle(clone: Callable[[Any], Any]) -> None:
+    for v in (
+        pm.Param(jnp.arange(3, dtype=jnp.float32)),
+        LoRAParam(jnp.ones(2, dtype=jnp.float32)),
+        pm.Cache(pm.Partitioned(jnp.ones(2, dtype=jnp.float32), ("a",))),
+    ):
+        new = clone(v)
+        assert type(new) is type(v)
+        assert new == v
+        assert new.collection == v.collection
+        with pytest.raises(pm.FrozenModuleError):
+            new.value = 1
