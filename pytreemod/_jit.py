@@ -214,12 +214,14 @@ class _JitWrapper(Generic[P, R]):
                 dyn = leaves
             else:
                 static = tuple(None if is_array(x) else x for x in leaves)
-                key = (treedef, self._hashable(static, tree))
+                # The types too: 1, 1.0 and True are equal and hash alike, but trace apart.
+                key = (treedef, self._hashable(static, tree, has_kwargs), tuple(map(type, static)))
                 info = (treedef, static)
                 kind = "static"
                 dyn = [x for x in leaves if is_array(x)]
         else:
             skeleton, dyn, _ = pack(tree)
+            self._hashable(tuple(x for x in leaves if not is_array(x)), tree, has_kwargs)
             key = ("shared", skeleton)
             info = skeleton
             kind = "shared"
@@ -241,17 +243,23 @@ class _JitWrapper(Generic[P, R]):
             entry.by_aval[avals] = sub
         return sub
 
-    def _hashable(self, static: tuple[Any, ...], tree: Any) -> tuple[Any, ...]:
+    def _hashable(
+        self, static: tuple[Any, ...], tree: Any, has_kwargs: bool
+    ) -> tuple[Any, ...]:
         try:
             hash(static)
         except TypeError:
-            for kp, leaf in jtu.tree_flatten_with_path(tree)[0]:
-                if not is_array(leaf):
+            f, a, k = _call_form(self._fun_is_tree, has_kwargs)(tree)
+            named = (("fun", f), ("args", a), ("kwargs", k))
+            for name, part in named:
+                for kp, leaf in jtu.tree_flatten_with_path(part)[0]:
+                    if is_array(leaf):
+                        continue
                     try:
                         hash(leaf)
                     except TypeError:
                         raise TransformError(
-                            f"jit: the argument leaf at {format_path(kp)} is a "
+                            f"jit: the argument leaf at {name}{format_path(kp)} is a "
                             f"{type(leaf).__name__}, which is neither an array nor hashable. "
                             "Non-array leaves are compile-time constants and must be "
                             "hashable: convert it to an array (jnp.asarray) or to a "
@@ -325,7 +333,9 @@ class _JitWrapper(Generic[P, R]):
             leaves = _flatten(f(*a, **k))[0]
             return [x for x in leaves if is_array(x)]
 
-        return jax.jit(traced, **self._jit_kwargs).lower(*dyn)
+        # The same donation as a call, so the lowered program is the one a call runs.
+        donate = self._donate_positions(self._fun, args, kwargs) if self._donate else ()
+        return jax.jit(traced, donate_argnums=donate, **self._jit_kwargs).lower(*dyn)
 
 
 @overload

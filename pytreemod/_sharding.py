@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias, overload
 
 import jax
+import jax.core
 import jax.tree_util as jtu
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
@@ -109,7 +110,7 @@ def logical_axis_rules(rules: Sequence[tuple[str, Any]]) -> Iterator[None]:
     >>> import pytreemod as pm
     >>> with pm.logical_axis_rules([("batch", "data"), ("mlp", "model")]):
     ...     pm.logical_to_mesh_axes(("batch", "embed", "mlp"))
-    PartitionSpec('data', None, 'model')
+    P('data', None, 'model')
     """
     token = _RULES.set(_normalize_rules(rules))
     try:
@@ -218,7 +219,7 @@ def logical_to_mesh_axes(
     >>> import pytreemod as pm
     >>> rules = [("batch", "X"), ("features", "X"), ("heads", "Y"), ("batch", "Z")]
     >>> pm.logical_to_mesh_axes(("batch", "length", "heads", "features"), rules)
-    PartitionSpec('X', None, 'Y', None)
+    P('X', None, 'Y', None)
     """
     if array_dim_names is None:
         return None
@@ -352,7 +353,7 @@ def with_logical_partitioning(
     >>> import pytreemod as pm
     >>> init = pm.with_logical_partitioning(jax.nn.initializers.zeros, ("embed", "mlp"))
     >>> init(jax.random.key(0), (4, 8)).get_partition_spec()
-    PartitionSpec(None, None)
+    P(None, None)
     """
     names = tuple(names)
 
@@ -389,7 +390,7 @@ def get_partition_spec(tree: Any) -> Any:
     >>> with pm.logical_axis_rules([("mlp", "model")]):
     ...     specs = pm.get_partition_spec(tree)
     >>> specs["w"].value, specs["b"]
-    (PartitionSpec(None, 'model'), PartitionSpec())
+    (P(None, 'model'), P())
     """
     rules = _RULES.get()
 

@@ -110,10 +110,11 @@ def _is_axis_leaf(spec: Any) -> bool:
 def _describe(path: Path, root: str) -> str:
     if root == "args" and len(path) > 1:
         head, key, rest = path[0], path[1], path[2:]
+        tail = format_path(rest) if rest else ""  # not "<root>" after args[i]
         if head == 0:
-            return f"args[{key}]{format_path(rest)}"
+            return f"args[{key}]{tail}"
         if head == 1:
-            return f"kwargs[{key!r}]{format_path(rest)}"
+            return f"kwargs[{key!r}]{tail}"
     return f"{root}{format_path(path)}" if path else root
 
 
@@ -675,30 +676,34 @@ checkpoint = remat
 
 def _branches(
     name: str, branches: Sequence[Callable[..., Any]], operands: tuple[Any, ...]
-) -> tuple[list[Callable[[list[Any]], list[Any]]], list[Any], list[Skeleton]]:
+) -> tuple[list[Callable[[list[Any]], list[Any]]], list[Any], list[tuple[int, Skeleton]]]:
     skel, arrays, _ = pack(operands)
-    outs: list[Skeleton] = []
+    outs: list[tuple[int, Skeleton]] = []  # (branch index, output skeleton), in trace order
 
-    def make(f: Callable[..., Any]) -> Callable[[list[Any]], list[Any]]:
+    def make(i: int, f: Callable[..., Any]) -> Callable[[list[Any]], list[Any]]:
         def inner(arrays: list[Any]) -> list[Any]:
             oskel, oarrays, _ = pack(f(*unpack(skel, arrays)))
-            outs.append(oskel)
+            # Checked here, as each branch is traced: JAX compares the branches' array
+            # lists only after tracing them all, with a less helpful error.
+            if outs and oskel != outs[0][1]:
+                j, first = outs[0]
+                raise TransformError(
+                    f"{name}: branch {i} returns {oskel.structure.treedef} but branch {j} "
+                    f"returns {first.structure.treedef}; every branch must return the same "
+                    "variables, static fields and structure (create and update the same "
+                    "state in each)."
+                )
+            outs.append((i, oskel))
             return oarrays
 
         return inner
 
-    return [make(f) for f in branches], arrays, outs
+    return [make(i, f) for i, f in enumerate(branches)], arrays, outs
 
 
-def _same_outputs(name: str, outs: list[Skeleton]) -> Skeleton:
-    for i, o in enumerate(outs[1:], 1):
-        if o != outs[0]:
-            raise TransformError(
-                f"{name}: branch {i} returns {o.structure.treedef} but branch 0 returns "
-                f"{outs[0].structure.treedef}; every branch must return the same variables, "
-                "static fields and structure (create and update the same state in each)."
-            )
-    return outs[0]
+def _same_outputs(name: str, outs: list[tuple[int, Skeleton]]) -> Skeleton:
+    """The output skeleton every branch returned (the branches checked it while tracing)."""
+    return outs[0][1]
 
 
 def cond(

@@ -1,7 +1,7 @@
 """Every ```python block in README.md and docs/*.md runs as written.
 
 Blocks of one page run in order in one namespace. A line ``print(EXPR)  # TEXT`` is
-checked: ``str(EXPR)`` must equal ``TEXT``. Pages are user code, so they run with JAX's
+checked: what ``print(EXPR)`` would print must equal ``TEXT``. Pages are user code, so they run with JAX's
 standard promotion rules rather than the suite's strict ones.
 """
 
@@ -18,8 +18,8 @@ PRINT = re.compile(r"^(\s*)print\((.*)\)\s+# (.*)$")
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
-def _check(value: Any, expected: str, block: int) -> None:
-    got = str(value)
+def _check(values: list[Any], expected: str, block: int) -> None:
+    got = " ".join(map(str, values))
     assert got == expected, f"block {block}: printed {got!r}, the page says {expected!r}"
 
 
@@ -34,6 +34,6 @@ def test_page_code_runs(page: pathlib.Path) -> None:
                 match = PRINT.match(line)
                 if match:
                     indent, expr, expected = match.groups()
-                    line = f"{indent}__check({expr}, {expected!r}, {i})"
+                    line = f"{indent}__check([{expr}], {expected!r}, {i})"
                 lines.append(line)
             exec(compile("\n".join(lines), f"{page.name}[block {i}]", "exec"), namespace)
