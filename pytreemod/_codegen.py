@@ -4,8 +4,8 @@
 every field as a keyword argument, which for a Module goes through the metaclass and
 costs about a microsecond per node. ``jit`` rebuilds its output tree on every call, so for
 each output treedef it compiles (once, when the function is traced) one function whose
-body is a single expression: modules are made with ``object.__new__`` and their field
-dict, variables by setting their slot, dicts/tuples/lists/named tuples by their literals,
+body is straight-line code: modules are made with ``object.__new__`` and their field
+dict, variables by setting their slot (one statement each, no call per node), dicts/tuples/lists/named tuples by their literals,
 static leaves as constants. Node types it does not know are delegated to
 ``tree_unflatten`` for that subtree, so the result is always exactly what
 ``tree_unflatten`` would give.
@@ -24,28 +24,23 @@ _new = object.__new__
 _set_value = Variable.__dict__["value"].__set__
 
 
-def _mod(cls: type, fields: dict[str, Any]) -> Any:
-    obj = _new(cls)
-    obj.__dict__.update(fields)
-    return obj
-
-
-def _var(cls: type, value: Any) -> Any:
-    obj = _new(cls)
-    _set_value(obj, value)
-    return obj
-
-
 def _is_namedtuple(typ: type) -> bool:
     return issubclass(typ, tuple) and hasattr(typ, "_fields") and typ.__new__ is not tuple.__new__
 
 
 class _Emitter:
+    """Emits one statement per module or variable (no Python call per node) and returns
+    an expression for every other node."""
+
     def __init__(self, static: Mapping[int, Any]):
         self.static = static
         self.consts: list[Any] = []
+        self.lines: list[str] = []
         self.leaf = 0  # position among all leaves
         self.dyn = 0  # position among dynamic (non-static) leaves
+
+    def temp(self) -> str:
+        return f"t{len(self.lines)}"
 
     def const(self, value: Any) -> str:
         self.consts.append(value)
@@ -79,9 +74,15 @@ class _Emitter:
             items = [f"{name!r}: {self.emit(c)}" for name, c in zip(names, children)]
             statics = typ._pytreemod_static  # type: ignore[attr-defined]
             items += [f"{name!r}: {self.const(v)}" for name, v in zip(statics, aux)]
-            return f"_mod({self.const(typ)}, {{{', '.join(items)}}})"
+            name = self.temp()
+            cls = self.const(typ)
+            self.lines.append(f"{name} = _new({cls}); {name}.__dict__.update({{{', '.join(items)}}})")
+            return name
         if isinstance(typ, type) and issubclass(typ, Variable) and len(children) == 1:
-            return f"_var({self.const(typ)}, {self.emit(children[0])})"
+            value = self.emit(children[0])
+            name = self.temp()
+            self.lines.append(f"{name} = _new({self.const(typ)}); _set_value({name}, {value})")
+            return name
         if isinstance(typ, type) and _is_namedtuple(typ):
             return f"{self.const(typ)}({', '.join(self.emit(c) for c in children)})"
         # Anything else: let JAX build this subtree from its leaves.
@@ -103,8 +104,13 @@ def compile_unflatten(
     emitter = _Emitter(static)
     try:
         expr = emitter.emit(treedef)
-        namespace: dict[str, Any] = {"_c": emitter.consts, "_mod": _mod, "_var": _var}
-        exec(f"def build(a):\n    return {expr}\n", namespace)
+        namespace: dict[str, Any] = {
+            "_c": emitter.consts,
+            "_new": _new,
+            "_set_value": _set_value,
+        }
+        body = "".join(f"    {line}\n" for line in emitter.lines)
+        exec(f"def build(a):\n{body}    return {expr}\n", namespace)
         return namespace["build"]
     except (SyntaxError, RecursionError, MemoryError):  # pathologically deep trees
         positions = [i for i in range(treedef.num_leaves) if i not in static]

@@ -20,9 +20,11 @@ import contextvars
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import jax.tree_util as jtu
+
 from ._errors import StateWriteError
 from ._filters import FilterLike, to_filter
-from ._partition import _build, _split
+from ._partition import _Hole, _split
 from ._tree import Path, format_path
 from ._variables import Variable
 
@@ -123,14 +125,15 @@ def apply(
     if not recorder.writes:
         return out, module
     structure, values = _split(module)
-    new_values = [
-        type(v)(recorder.writes[id(v)])
-        if isinstance(v, Variable) and id(v) in recorder.writes
-        else v
-        for v in values
+    replaced: dict[int, Variable] = {}  # one new object per written variable (aliases too)
+    for v in values:
+        if isinstance(v, Variable) and id(v) in recorder.writes and id(v) not in replaced:
+            replaced[id(v)] = type(v)(recorder.writes[id(v)])
+    leaves = [
+        replaced.get(id(values[x.index]), values[x.index]) if isinstance(x, _Hole) else x
+        for x in structure.leaves
     ]
-    unwrapped = [v.value if isinstance(v, Variable) else v for v in new_values]
-    return out, _build(structure, unwrapped)
+    return out, jtu.tree_unflatten(structure.treedef, leaves)
 
 
 Variable.set = _set  # type: ignore[method-assign]

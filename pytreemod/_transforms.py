@@ -108,6 +108,10 @@ def _is_axis_leaf(spec: Any) -> bool:
 
 
 def _describe(path: Path, root: str) -> str:
+    """Render ``path`` for a message: root ``"args"`` is a packed ``(args, kwargs)`` pair,
+    ``"*args"`` a packed tuple of positional arguments (``scan``)."""
+    if root == "*args":
+        return f"args{format_path(path)}" if path else "args"
     if root == "args" and len(path) > 1:
         head, key, rest = path[0], path[1], path[2:]
         tail = format_path(rest) if rest else ""  # not "<root>" after args[i]
@@ -504,7 +508,7 @@ def scan(
                 f"(in_axes={in_axes!r}, out_axes={out_axes!r})."
             )
         skel, arrays, slot_values = pack(args)
-        mode = _slot_specs(skel, slot_values, spec, "scan in_axes", "args")
+        mode = _slot_specs(skel, slot_values, spec, "scan in_axes", "*args")
         amode = [mode[s] for s in skel.array_slots()]
         carry_idx = [i for i, m in enumerate(amode) if m is Carry]
         xs_idx = [i for i, m in enumerate(amode) if isinstance(m, int) and m is not Carry]
@@ -514,7 +518,7 @@ def scan(
             if n is None:
                 n = x.shape[0]
             elif x.shape[0] != n:
-                where = _describe(skel.path(skel.array_slots()[i]), "args")
+                where = _describe(skel.path(skel.array_slots()[i]), "*args")
                 raise TransformError(
                     f"scan: {where} has length {x.shape[0]} along its scanned axis but the "
                     f"scan length is {n}; every scanned input must have the same length."

@@ -129,7 +129,16 @@ def tree_at(
     marked = jtu.tree_map_with_path(lambda kp, _: _Marker(tuple(kp)), pytree, is_leaf=is_leaf)
     index: dict[int, list[tuple[Any, ...]]] = {}
     _index_nodes(marked, (), index, is_leaf)
-    selected = where(marked)
+    try:
+        selected = where(marked)
+    except TypeError as err:
+        if "_Marker" not in str(err):
+            raise
+        raise TreeAtError(
+            f"`where` computed with a leaf of the tree ({err}). `where` must only index into "
+            "its argument, e.g. `lambda m: m.layers[0].weight`; put computed values in "
+            "`replace` or `replace_fn` instead."
+        ) from None
     if _node_paths(selected, index) is not None:
         nodes, single = [selected], True
     elif isinstance(selected, (tuple, list)):
@@ -152,6 +161,11 @@ def tree_at(
                 f"selected {node!r} occurs at {where_list}. This usually occurs when trying "
                 "to replace a `None` value or an empty tuple; use `Module.replace` on the "
                 "parent, or store a sentinel value instead."
+            )
+        if paths[0] in targets:
+            raise TreeAtError(
+                f"`where` selected {format_path(paths[0])} more than once; select each node "
+                "once (the replacements would conflict)."
             )
         targets.append(paths[0])
     if replace_fn is not _MISSING:

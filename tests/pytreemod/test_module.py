@@ -571,6 +571,19 @@ def test_hash_of_array_free_module() -> None:
     assert len({Config(2), Config(2), Config(3)}) == 2
 
 
+def test_hash_of_module_with_arrays_raises(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    with pytest.raises(
+        pm.UnhashableModuleError,
+        match=r"Linear is not hashable because it holds arrays.*pass the model as a traced",
+    ):
+        hash(m)
+    with pytest.raises(TypeError):  # what Python code expects from an unhashable value
+        _ = {m}
+    with pytest.raises(pm.UnhashableModuleError, match=r"jax\.jit\(model\)"):
+        jax.jit(m)(jnp.ones(2, dtype=jnp.float32))
+
+
 def test_fields() -> None:
     assert [f.name for f in pm.fields(Scaled)] == ["weight", "size", "scale"]
     m = Scaled(jnp.ones(1, dtype=jnp.float32))

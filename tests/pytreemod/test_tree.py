@@ -230,3 +230,15 @@ def test_is_array_on_tracers() -> None:
 )
 def test_format_path(path: tuple[Any, ...], text: str) -> None:
     assert pm.format_path(path) == text
+
+
+def test_tree_at_where_that_computes_is_a_tree_at_error() -> None:
+    tree = {"n": jnp.ones(2), "m": 3}
+    with pytest.raises(pm.TreeAtError, match=r"`where` computed with a leaf of the tree"):
+        pm.tree_at(lambda t: t["m"] + 1, tree, 0)
+
+
+def test_tree_at_selecting_a_node_twice_is_an_error() -> None:
+    tree = {"n": jnp.ones(2)}
+    with pytest.raises(pm.TreeAtError, match=r"selected \.n more than once|selected \['n'\] more"):
+        pm.tree_at(lambda t: (t["n"], t["n"]), tree, (jnp.zeros(2), jnp.ones(2)))

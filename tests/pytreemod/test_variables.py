@@ -151,4 +151,4 @@ def test_copy_deepcopy_pickle(clone: Callable[[Any], Any]) -> None:
         assert new == v
         assert new.collection == v.collection
         with pytest.raises(pm.FrozenModuleError):
-            new.value = 1
+            new.value = 1  # pyright: ignore[reportAttributeAccessIssue]
