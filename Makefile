@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint pytest bench clean
+.PHONY: demo test lint pytest bench errors-doc clean
 
 $(VENV)/.stamp-demo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ test: lint pytest
 
 bench: $(VENV)/.stamp-test
 	$(PY) -m benchmarks.run_all
+
+errors-doc: $(VENV)/.stamp-test
+	$(PY) -c 'from pytreemod._errors import errors_markdown; print(errors_markdown())' > docs/errors.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

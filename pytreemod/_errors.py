@@ -1,7 +1,7 @@
 """Every exception and warning pytreemod raises.
 
 Each class documents its cause and its fix; ``docs/errors.md`` is generated from these
-docstrings (``python -m pytreemod._errors``). Messages always say what is wrong, where (a
+docstrings (``make errors-doc``). Messages always say what is wrong, where (a
 path such as ``.blocks[3].mlp.weight``, a class and field, or a collection) and how to fix
 it.
 """
@@ -139,6 +139,33 @@ class StateWriteError(PytreemodError, RuntimeError):
     """
 
 
+class ShapeError(PytreemodError, TypeError):
+    """An array's shape (or dtype) does not fit a layer or a ``pytreemod.nn.functional`` op.
+
+    Cause: found at trace time by the jaxtyping annotations of a layer or op, e.g. an input
+    whose last axis is not the ``in_features`` of a ``Linear``'s kernel, a convolution input
+    whose channels are not the kernel's, or keys and values of different lengths. The
+    message names the module class and method (when a module called the op), the
+    arguments, the dimension that disagrees and the shapes seen.
+
+    Fix: give the layer inputs of the shape its docstring shows, or build the layer with
+    sizes that match the data (``Linear(in_features=x.shape[-1], ...)``).
+    """
+
+
+class LayerConfigError(PytreemodError, ValueError):
+    """A layer was built or called with settings that cannot work together.
+
+    Cause: for example ``qkv_features`` not divisible by ``num_heads``, channels not
+    divisible by ``num_groups`` or ``feature_group_count``, an unknown padding mode, a
+    dropout rate outside ``[0, 1)``, a stochastic call (Dropout in training mode) without
+    ``key=``, or a decoding call on an attention layer without ``init_cache``.
+
+    Fix: the message names the layer and the setting; change the setting, pass the
+    missing argument, or call the method it suggests.
+    """
+
+
 class LogicalAxisRulesError(PytreemodError, ValueError):
     """Logical axis rules that are not a sequence of ``(logical_name, mesh_axes)`` pairs.
 
@@ -198,7 +225,7 @@ def errors_markdown() -> str:
     lines = [
         "# Errors and warnings",
         "",
-        "Generated from `pytreemod/_errors.py` by `python -m pytreemod._errors`.",
+        "Generated from `pytreemod/_errors.py` by `make errors-doc`.",
         "",
     ]
     for cls in sorted(_all_classes(), key=lambda c: c.__name__):

@@ -119,8 +119,19 @@ class Partitioned(AxisMetadata):
         return self.replace(names=tuple(names))
 
     def get_partition_spec(self) -> jax.sharding.PartitionSpec:
-        """The ``PartitionSpec`` of the names, taken literally as mesh axis names."""
-        return jax.sharding.PartitionSpec(*self.names)
+        """The ``PartitionSpec`` of the names: resolved through the active logical axis
+        rules if any are set, taken literally as mesh axis names otherwise (the same as
+        ``pytreemod.get_partition_spec`` gives for this box)."""
+        from ._sharding import get_partition_spec
+
+        return get_partition_spec(self)
+
+    def get_sharding(self, mesh: Any = None) -> jax.sharding.NamedSharding:
+        """The ``NamedSharding`` of the value on ``mesh`` (default: the box's own mesh, then
+        the mesh set with ``jax.set_mesh``)."""
+        from ._sharding import get_sharding
+
+        return get_sharding(self, mesh)
 
 
 def _axis_index(index: int, ndim: int) -> int:

@@ -1,7 +1,7 @@
 """pm.jit: traced arrays, static non-arrays, modules as functions, outputs, sharing, donation."""
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +9,7 @@ import jax.tree_util as jtu
 import numpy as np
 import optax
 import pytest
+from jax.core import Tracer
 
 import pytreemod as pm
 
@@ -83,7 +84,7 @@ def test_arrays_are_traced_and_non_arrays_static() -> None:
     out = f(x, jnp.sin, "a", 2.0)
     np.testing.assert_allclose(out["a"], jnp.sin(x) * 2.0, rtol=1e-6)
     # The array is a tracer inside; the others are the Python objects themselves.
-    assert issubclass(traces[0][0], jax.core.Tracer)
+    assert issubclass(traces[0][0], Tracer)
     assert traces[0][1:] == (jnp.sin, "a", 2.0)
     assert type(traces[0][3]) is float
 
@@ -149,7 +150,7 @@ def test_kwargs_arrays_traced_and_statics_static() -> None:
     np.testing.assert_allclose(f(x, y=x + 1.0), 2 * x + 1.0)
     np.testing.assert_allclose(f(x, y=x2, mode="mul"), x * x)
     assert len(traces) == 2
-    assert issubclass(traces[0][0], jax.core.Tracer)
+    assert issubclass(traces[0][0], Tracer)
 
 
 def test_decorator_with_and_without_arguments() -> None:
@@ -205,7 +206,7 @@ def test_module_as_function_traces_its_arrays(getkey: Callable[[], jax.Array]) -
     x = _x()
     out = pm.jit(probe)(x)
     np.testing.assert_allclose(out, model(x), rtol=1e-6)
-    assert isinstance(seen[-1], jax.core.Tracer)  # not a baked-in constant
+    assert isinstance(seen[-1], Tracer)  # not a baked-in constant
     # weight, bias and x are the three parameters of the compiled program.
     lowered = pm.jit(probe).lower(x)  # type: ignore[attr-defined]
     assert len(jax.tree.leaves(lowered.args_info)) == 3
@@ -273,7 +274,10 @@ def test_output_round_trips_exactly(getkey: Callable[[], jax.Array]) -> None:
         grads = pm.grad(lambda m: jnp.sum(m(x) ** 2))(model)
         g = pm.state(grads, "params")
         updates, new_state = opt.update(g, opt_state)
-        new = pm.combine(pm.partition(model, "params")[0], optax.apply_updates(params, updates))
+        new = pm.combine(
+            pm.partition(model, "params")[0],
+            cast(dict[str, Any], optax.apply_updates(params, updates)),
+        )
         return {
             "model": new,
             "opt_state": new_state,
@@ -411,10 +415,11 @@ def test_unhashable_leaf_with_shared_variable_names_path() -> None:
 
 @pytest.mark.parametrize("bad", ["static_argnums", "static_argnames", "donate_argnames"])
 def test_static_and_donate_names_rejected(bad: str) -> None:
+    kwargs: dict[str, Any] = {bad: (0,)}
     with pytest.raises(pm.TransformError, match=f"jit does not take {bad}"):
-        pm.jit(lambda x: x, **{bad: 0})
+        pm.jit(lambda x: x, **kwargs)
     with pytest.raises(pm.TransformError, match=bad):
-        pm.jit(**{bad: (0,)})
+        pm.jit(**kwargs)
 
 
 # --- donation -------------------------------------------------------------------------------

@@ -722,3 +722,12 @@ def test_errors_are_pytreemod_and_value_errors() -> None:
         issubclass(cls, pm.PytreemodError) and issubclass(cls, ValueError)
     )
     assert check(pm.ShardingError) and check(pm.LogicalAxisRulesError)
+
+
+def test_box_methods_agree_with_tree_functions_under_rules() -> None:
+    box = pm.Partitioned(jnp.zeros((4, 8)), ("embed", "mlp"))
+    assert box.get_partition_spec() == P("embed", "mlp")
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
+    with pm.logical_axis_rules([("mlp", "model"), ("embed", None)]):
+        assert box.get_partition_spec() == pm.get_partition_spec(box) == P(None, "model")
+        assert box.get_sharding(mesh) == NamedSharding(mesh, P(None, "model"))

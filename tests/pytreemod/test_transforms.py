@@ -39,8 +39,8 @@ class Block(pm.Module):
 
 
 class Tied(pm.Module):
-    a: pm.Param
-    b: pm.Param
+    a: pm.Variable[Any]
+    b: pm.Variable[Any]
 
 
 def _block(key: jax.Array) -> Block:
@@ -127,9 +127,7 @@ def test_grad_diffstate_matches_state_structure_exactly(getkey: Callable[[], jax
     lin = Linear(3, 2, key=getkey())
     lin = lin.replace(steps=None)  # only float params left in the params collection
     m = M(lin, pm.BatchStat(jnp.zeros(2, dtype=jnp.float32)))
-    g = pm.grad(lambda m: jnp.sum(m.lin(_x()) - m.mean.value), argnums=pm.DiffState(0, "params"))(
-        m
-    )
+    g = pm.grad(lambda m: jnp.sum(m.lin(_x()) - m.mean.value), argnums=pm.DiffState(0, "params"))(m)
     assert jax.tree.structure(g) == jax.tree.structure(pm.state(m, "params"))
     # Filtering by Variable type selects the batch stats instead.
     gs = pm.grad(
@@ -171,6 +169,7 @@ def test_grad_has_aux_and_value_and_grad(getkey: Callable[[], jax.Array]) -> Non
     np.testing.assert_allclose(aux["y"], m(x), rtol=1e-6)
     (value, aux2), g2 = pm.value_and_grad(loss_aux, has_aux=True)(m, x)
     np.testing.assert_allclose(value, _loss(m, x), rtol=1e-6)
+    assert aux2["tag"] == "aux"
     np.testing.assert_allclose(g2.scale.value, g.scale.value, rtol=1e-6)
     value3, g3 = pm.value_and_grad(_loss)(m, x)
     np.testing.assert_allclose(value3, _loss(m, x), rtol=1e-6)
@@ -210,19 +209,19 @@ def test_tied_weights_gradient_is_sum_over_uses() -> None:
 
 
 def test_grad_invalid_argnums() -> None:
-    f = lambda a, b: jnp.sum(a * b)  # noqa: E731
+    f = lambda a, b: jnp.sum(a * b)
     x = jnp.ones(2, dtype=jnp.float32)
-    with pytest.raises(pm.TransformError, match="refers to argument 2 .* got 2 positional"):
+    with pytest.raises(pm.TransformError, match=r"refers to argument 2 .* got 2 positional"):
         pm.grad(f, argnums=2)(x, x)
-    with pytest.raises(pm.TransformError, match="refers to argument -3"):
+    with pytest.raises(pm.TransformError, match=r"refers to argument -3"):
         pm.grad(f, argnums=(0, -3))(x, x)
-    with pytest.raises(pm.TransformError, match="refers to argument 5"):
+    with pytest.raises(pm.TransformError, match=r"refers to argument 5"):
         pm.grad(f, argnums=pm.DiffState(5, "params"))(x, x)
-    with pytest.raises(pm.TransformError, match="must be ints or DiffState.*'a'"):
+    with pytest.raises(pm.TransformError, match=r"must be ints or DiffState.*'a'"):
         pm.grad(f, argnums="a")  # type: ignore[arg-type]
-    with pytest.raises(pm.TransformError, match="must be ints or DiffState.*True"):
+    with pytest.raises(pm.TransformError, match=r"must be ints or DiffState.*True"):
         pm.grad(f, argnums=True)
-    with pytest.raises(pm.TransformError, match="must be ints or DiffState.*1.0"):
+    with pytest.raises(pm.TransformError, match=r"must be ints or DiffState.*1.0"):
         pm.value_and_grad(f, argnums=(0, 1.0))  # type: ignore[arg-type]
 
 
@@ -297,9 +296,9 @@ def test_cond_with_modules(getkey: Callable[[], jax.Array]) -> None:
 
 def test_cond_branches_with_different_structures_rejected() -> None:
     t = Tied(pm.Param(jnp.ones(2, dtype=jnp.float32)), pm.Param(jnp.ones(2, dtype=jnp.float32)))
-    with pytest.raises(pm.TransformError, match="cond: branch 1 returns .* but branch 0"):
+    with pytest.raises(pm.TransformError, match=r"cond: branch 1 returns .* but branch 0"):
         pm.cond(jnp.array(True), lambda t: t, lambda t: (t, t.a.value), t)
-    with pytest.raises(pm.TransformError, match="cond: branch 1 returns"):
+    with pytest.raises(pm.TransformError, match=r"cond: branch 1 returns"):
         # Same number of arrays, different Variable types.
         pm.cond(jnp.array(True), lambda t: t, lambda t: Tied(t.a, pm.BatchStat(t.b.value)), t)
 
@@ -308,7 +307,7 @@ def test_cond_branches_with_different_structures_rejected() -> None:
         k: int = pm.field(static=True, default=1)
 
     s = S(pm.Param(jnp.ones(2, dtype=jnp.float32)))
-    with pytest.raises(pm.TransformError, match="every branch must return the same"):
+    with pytest.raises(pm.TransformError, match=r"every branch must return the same"):
         pm.cond(jnp.array(False), lambda s: s, lambda s: s.replace(k=2), s)
 
 
@@ -330,9 +329,9 @@ def test_switch_with_modules() -> None:
 
 def test_switch_branches_with_different_structures_rejected() -> None:
     x = jnp.ones(2, dtype=jnp.float32)
-    with pytest.raises(pm.TransformError, match="switch: branch 2 returns .* but branch 0"):
+    with pytest.raises(pm.TransformError, match=r"switch: branch 2 returns .* but branch 0"):
         pm.switch(jnp.array(0), [lambda x: {"a": x}, lambda x: {"a": x}, lambda x: {"b": x}], x)
-    with pytest.raises(pm.TransformError, match="switch: branch 1"):
+    with pytest.raises(pm.TransformError, match=r"switch: branch 1"):
         pm.switch(jnp.array(0), [lambda x: x, lambda x: (x, x)], x)
 
 
@@ -350,9 +349,7 @@ def test_while_loop_with_module_state() -> None:
     )
 
     def body(c: Counter) -> Counter:
-        return c.replace(
-            count=pm.BatchStat(c.count.value + 1), total=pm.Param(c.total.value * 2.0)
-        )
+        return c.replace(count=pm.BatchStat(c.count.value + 1), total=pm.Param(c.total.value * 2.0))
 
     out = pm.while_loop(lambda c: c.count.value < c.limit, body, init)
     assert type(out) is Counter and out.limit == 5 and type(out.count) is pm.BatchStat
@@ -381,11 +378,11 @@ def _retie(t: Tied) -> Tied:
 def test_while_loop_body_changing_structure_rejected() -> None:
     p = pm.Param(jnp.ones(2, dtype=jnp.float32))
     t = Tied(p, pm.Param(jnp.ones(2, dtype=jnp.float32)))
-    with pytest.raises(pm.TransformError, match="while_loop: body_fun returned .* differs"):
+    with pytest.raises(pm.TransformError, match=r"while_loop: body_fun returned .* differs"):
         pm.while_loop(lambda t: False, lambda t: Tied(t.a, pm.BatchStat(t.b.value)), t)
-    with pytest.raises(pm.TransformError, match="while_loop: body_fun"):
+    with pytest.raises(pm.TransformError, match=r"while_loop: body_fun"):
         pm.while_loop(lambda t: False, lambda t: (t, t.a.value), t)
-    with pytest.raises(pm.TransformError, match="while_loop: body_fun"):
+    with pytest.raises(pm.TransformError, match=r"while_loop: body_fun"):
         # Tying two variables that were separate is a structure change too.
         pm.while_loop(lambda t: False, lambda t: Tied(t.a, t.a), t)
 

@@ -169,7 +169,7 @@ def test_state_axes_missing_collection_names_path_and_collection() -> None:
 
 
 def test_state_axes_rejects_bad_axis_value() -> None:
-    with pytest.raises(pm.TransformError, match="StateAxes values must be an int axis"):
+    with pytest.raises(pm.TransformError, match=r"StateAxes values must be an int axis"):
         pm.StateAxes({"params": "zero"})
 
 
@@ -195,9 +195,9 @@ def test_state_axes_on_outputs() -> None:
 
 def test_in_axes_tuple_of_wrong_length() -> None:
     x = _arange(2, 3)
-    with pytest.raises(pm.TransformError, match="vmap in_axes has 3 entries but .* got 2"):
+    with pytest.raises(pm.TransformError, match=r"vmap in_axes has 3 entries but .* got 2"):
         pm.vmap(lambda a, b: a + b, in_axes=(0, 0, 0))(x, x)
-    with pytest.raises(pm.TransformError, match="has 1 entries but .* got 2"):
+    with pytest.raises(pm.TransformError, match=r"has 1 entries but .* got 2"):
         pm.vmap(lambda a, b: a + b, in_axes=[0])(x, x)
 
 
@@ -207,13 +207,17 @@ def test_spec_prefix_that_does_not_fit() -> None:
         pm.vmap(lambda m: m.bias.value, in_axes=((0, 1),))(m)
     with pytest.raises(pm.TransformError, match=r"does not fit the tree at args\[0\]\.z"):
         pm.vmap(lambda t: t["z"], in_axes=({"x": 0},))({"z": _arange(2)})
-    with pytest.raises(pm.TransformError, match=r"vmap out_axes: the spec .* output"):
+    with pytest.raises(
+        pm.TransformError, match=r"vmap out_axes: \(0, 1\) is not a valid axis spec at output\[1\]"
+    ):
         pm.vmap(lambda x: (x, x), out_axes=(0, (0, 1)))(_arange(2))
 
 
 def test_carry_is_rejected_in_vmap() -> None:
     x = _arange(2, 3)
-    with pytest.raises(pm.TransformError, match=r"Carry \(at args\[1\]\) is only meaningful in scan"):
+    with pytest.raises(
+        pm.TransformError, match=r"Carry \(at args\[1\]\) is only meaningful in scan"
+    ):
         pm.vmap(lambda a, b: a, in_axes=(0, pm.Carry))(x, x)
     m = Norm(pm.Param(_arange(2, 2)), pm.BatchStat(_arange(2)))
     with pytest.raises(pm.TransformError, match=r"Carry \(at args\[0\]\.mean\)"):
@@ -354,7 +358,7 @@ def test_partitioned_boxes_lose_axis_inside(getkey: Callable[[], jax.Array]) -> 
     back = pm.vmap(lambda m: m, metadata_params=ENSEMBLE)(ensemble)
     assert back.weight.value.names == ("ensemble", "embed", "mlp")
     # Wrong metadata_params: the box refuses to drop an axis with another name.
-    with pytest.raises(pm.AxisMetadataError, match="expected axis name 'layers'"):
+    with pytest.raises(pm.AxisMetadataError, match=r"expected axis name 'layers'"):
         pm.vmap(apply, metadata_params={pm.PARTITION_NAME: "layers"})(ensemble)
 
 

@@ -1,0 +1,247 @@
+"""Trace-time shape checks for the functional ops, with errors that say what disagrees.
+
+Every op in ``pytreemod.nn.functional`` is decorated with ``checked``: jaxtyping and
+beartype check its annotated arguments (``x: Float[Array, "*batch in_features"]``,
+``kernel: Float[Array, "in_features out_features"]``) and its output, so a dimension
+shared by two arguments is tied. Under ``jit`` the check runs once, while tracing; the
+compiled program is the same with checks on or off (``JAXTYPING_DISABLE=1`` turns them
+off, as it does for every jaxtyping check).
+
+When a check fails, jaxtyping's ``TypeCheckError`` is replaced by a ``ShapeError`` whose
+message names the dimension that disagrees, the arguments and shapes on both sides, and,
+when the op was called from a Module's method (a layer's ``__call__``), that module class
+and method with the shapes it was called with. The explanation walks the annotations
+again and looks at the calling frames only on this error path; a successful call pays
+for jaxtyping's check alone.
+"""
+
+import functools
+import inspect
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias, TypeVar
+
+import jax
+import numpy as np
+from jaxtyping import AbstractArray, TypeCheckError, jaxtyped
+
+from .._errors import ShapeError
+from .._repr import array_summary
+
+AnyArray: TypeAlias = jax.Array | np.ndarray
+"""What array annotations accept: JAX arrays (tracers included) and NumPy arrays."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def checked(fn: F) -> F:
+    """Check ``fn``'s jaxtyping annotations with beartype; explain failures as ``ShapeError``."""
+    from beartype import beartype
+
+    inner = jaxtyped(typechecker=beartype)(fn)
+    signature = inspect.signature(fn)
+    op_name = f"pytreemod.nn.functional.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            return inner(*args, **kwargs)
+        except TypeCheckError as error:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            reason = _explain(signature, bound.arguments, fn)
+            if reason is None:  # not a shape problem we can pin down: keep jaxtyping's text
+                reason = str(error)
+            raise ShapeError(_with_context(op_name, reason, sys._getframe(1))) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def fail(op: str, reason: str, depth: int = 1) -> typing.NoReturn:
+    """Raise a ``ShapeError`` for a check written by hand in op ``op``.
+
+    ``depth`` counts frames from the caller of ``fail`` to the op's caller: 1 when the op
+    itself calls ``fail``.
+    """
+    raise ShapeError(
+        _with_context(f"pytreemod.nn.functional.{op}", reason, sys._getframe(depth + 1))
+    )
+
+
+def summary(x: Any) -> str:
+    """``f32[2, 5]`` for an array, ``repr`` for anything else."""
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return array_summary(x)
+    return repr(x)
+
+
+# ----------------------------------------------------------------------------- context
+
+
+def _module_frame(frame: types.FrameType | None) -> types.FrameType | None:
+    from .._module import Module
+
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), Module):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _with_context(op: str, reason: str, frame: types.FrameType | None) -> str:
+    found = _module_frame(frame)
+    if found is None:
+        return f"{op}: {reason}"
+    code = found.f_code
+    local = found.f_locals
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    shown = [
+        f"{name}={summary(local[name])}"
+        for name in names
+        if name != "self" and hasattr(local.get(name), "shape")
+    ]
+    where = f"{type(local['self']).__name__}.{code.co_name}({', '.join(shown)})"
+    return f"{where}: {reason} (checked in {op})"
+
+
+# ----------------------------------------------------------------------------- explain
+
+
+class _Dims:
+    """The dimension tokens of one jaxtyping annotation string."""
+
+    def __init__(self, dim_str: str):
+        self.text = dim_str
+        self.tokens: list[tuple[str, bool, bool]] = []  # (name, variadic, broadcastable)
+        for raw in dim_str.split():
+            token, variadic, broadcast = raw, False, False
+            while token[:1] in ("*", "#", "?"):
+                variadic |= token[0] == "*"
+                broadcast |= token[0] == "#"
+                token = token[1:]
+            if token == "...":
+                variadic, token = True, "_"
+            self.tokens.append((token, variadic, broadcast))
+
+    def split(self, shape: Sequence[int]) -> list[tuple[int, Any]] | None:
+        """Pair each token with its axis and size (a tuple for a variadic token), or None
+        if the rank cannot fit."""
+        n = len(self.tokens)
+        var = [i for i, t in enumerate(self.tokens) if t[1]]
+        if not var:
+            if len(shape) != n:
+                return None
+            return [(i, shape[i]) for i in range(n)]
+        v = var[0]
+        after = n - v - 1
+        if len(shape) < n - 1:
+            return None
+        end = len(shape) - after
+        pairs: list[tuple[int, Any]] = [(i, shape[i]) for i in range(v)]
+        pairs.append((v, tuple(shape[v:end])))
+        pairs += [(end + k, shape[end + k]) for k in range(after)]
+        return pairs
+
+
+def _array_annotation(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, AbstractArray):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _array_annotation(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _expected_rank(dims: _Dims) -> str:
+    n = len(dims.tokens)
+    if any(t[1] for t in dims.tokens):
+        return f"at least {n - 1} axes"
+    return f"{n} axes"
+
+
+def _explain(
+    signature: inspect.Signature, arguments: dict[str, Any], fn: Callable[..., Any]
+) -> str | None:
+    """Re-walk the annotations in parameter order and describe the first disagreement."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    memo: dict[str, tuple[Any, str, Any, int, str]] = {}
+    for name in signature.parameters:
+        annotation = _array_annotation(hints.get(name))
+        value = arguments.get(name)
+        if annotation is None or value is None or not hasattr(value, "shape"):
+            continue
+        reason = _bind(annotation, name, value, memo)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _bind(
+    annotation: Any, arg: str, value: Any, memo: dict[str, tuple[Any, str, Any, int, str]]
+) -> str | None:
+    dims = _Dims(annotation.dim_str)
+    shape = tuple(value.shape)
+    pairs = dims.split(shape)
+    if pairs is None:
+        return (
+            f"argument {arg!r} is {summary(value)} ({len(shape)} axes) but its annotation "
+            f'"{dims.text}" needs {_expected_rank(dims)}'
+        )
+    for (token, _, broadcast), (axis, size) in zip(dims.tokens, pairs):
+        if token.startswith("_") or token.isdigit() or not token.isidentifier():
+            if token.isdigit() and size != int(token) and not (broadcast and size == 1):
+                return (
+                    f"axis {axis} of argument {arg!r} ({summary(value)}) must be {token} "
+                    f'(annotation "{dims.text}") but is {size}'
+                )
+            continue
+        if token not in memo:
+            memo[token] = (size, arg, value, axis, dims.text)
+            continue
+        seen, other, other_value, other_axis, other_text = memo[token]
+        if _agree(seen, size, broadcast):
+            if broadcast and _is_one(seen) and not _is_one(size):
+                memo[token] = (size, arg, value, axis, dims.text)
+            continue
+        where = "axes" if isinstance(size, tuple) else "axis"
+        return (
+            f"dimension {token!r} does not agree: it is {_fmt_size(size)} in {arg} "
+            f'({summary(value)}, {where} {_fmt_axis(axis, size)} of "{dims.text}") but '
+            f"{_fmt_size(seen)} in {other} ({summary(other_value)}, {where} "
+            f'{_fmt_axis(other_axis, seen)} of "{other_text}")'
+        )
+    dtypes = getattr(annotation, "dtypes", None)
+    if isinstance(dtypes, (list, tuple)) and str(value.dtype) not in dtypes:
+        kind = annotation.__name__.split("[")[0]
+        return f"argument {arg!r} has dtype {value.dtype} ({summary(value)}); {kind} expected"
+    return None
+
+
+def _is_one(size: Any) -> bool:
+    return size == 1 or (isinstance(size, tuple) and all(s == 1 for s in size))
+
+
+def _agree(seen: Any, size: Any, broadcast: bool) -> bool:
+    if seen == size:
+        return True
+    if not broadcast:
+        return False
+    if isinstance(seen, tuple) and isinstance(size, tuple):
+        if len(seen) != len(size):
+            return False
+        return all(a == b or a == 1 or b == 1 for a, b in zip(seen, size))
+    return seen == 1 or size == 1
+
+
+def _fmt_size(size: Any) -> str:
+    return str(tuple(size)) if isinstance(size, tuple) else str(size)
+
+
+def _fmt_axis(axis: int, size: Any) -> str:
+    if isinstance(size, tuple):
+        return f"{axis}..{axis + len(size) - 1}" if size else f"{axis} (none)"
+    return str(axis)
