@@ -5,10 +5,10 @@ every field as a keyword argument, which for a Module goes through the metaclass
 costs about a microsecond per node. ``jit`` rebuilds its output tree on every call, so for
 each output treedef it compiles (once, when the function is traced) one function whose
 body is straight-line code: modules are made with ``object.__new__`` and their field
-dict, variables by setting their slot (one statement each, no call per node), dicts/tuples/lists/named tuples by their literals,
-static leaves as constants. Node types it does not know are delegated to
-``tree_unflatten`` for that subtree, so the result is always exactly what
-``tree_unflatten`` would give.
+dict, variables by setting their slot (one statement each, no call per node),
+dicts/tuples/lists/named tuples by their literals, static leaves as constants. Node
+types it does not know are delegated to ``tree_unflatten`` for that subtree, so the
+result is always exactly what ``tree_unflatten`` would give.
 """
 
 import functools
@@ -76,7 +76,9 @@ class _Emitter:
             items += [f"{name!r}: {self.const(v)}" for name, v in zip(statics, aux)]
             name = self.temp()
             cls = self.const(typ)
-            self.lines.append(f"{name} = _new({cls}); {name}.__dict__.update({{{', '.join(items)}}})")
+            self.lines.append(
+                f"{name} = _new({cls}); {name}.__dict__.update({{{', '.join(items)}}})"
+            )
             return name
         if isinstance(typ, type) and issubclass(typ, Variable) and len(children) == 1:
             value = self.emit(children[0])

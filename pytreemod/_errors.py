@@ -214,9 +214,7 @@ class StaticArrayWarning(PytreemodWarning):
 def _all_classes() -> list[type]:
     module = sys.modules[__name__]
     return [
-        obj
-        for _, obj in inspect.getmembers(module, inspect.isclass)
-        if obj.__module__ == __name__
+        obj for _, obj in inspect.getmembers(module, inspect.isclass) if obj.__module__ == __name__
     ]
 
 

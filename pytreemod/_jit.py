@@ -243,9 +243,7 @@ class _JitWrapper(Generic[P, R]):
             entry.by_aval[avals] = sub
         return sub
 
-    def _hashable(
-        self, static: tuple[Any, ...], tree: Any, has_kwargs: bool
-    ) -> tuple[Any, ...]:
+    def _hashable(self, static: tuple[Any, ...], tree: Any, has_kwargs: bool) -> tuple[Any, ...]:
         try:
             hash(static)
         except TypeError:

@@ -29,8 +29,8 @@ from ._errors import (
     FrozenModuleError,
     InvalidFieldError,
     StaticArrayWarning,
-    UnhashableModuleError,
     UndeclaredFieldError,
+    UnhashableModuleError,
     UninitializedFieldError,
 )
 from ._tree import is_array, tree_equal

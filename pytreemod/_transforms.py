@@ -30,6 +30,7 @@ from ._partition import partition
 from ._tree import Path, format_path, is_inexact_array
 from ._variables import Variable
 
+
 class _CarryType:
     """The ``Carry`` marker of ``scan``'s ``in_axes``/``out_axes`` and ``StateAxes``."""
 

@@ -12,4 +12,6 @@ def tree_allclose(a: Any, b: Any, *, rtol: float = 1e-6, atol: float = 1e-6) -> 
     lb, tb = jax.tree_util.tree_flatten(b)
     if ta != tb:
         return False
-    return all(np.allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol) for x, y in zip(la, lb))
+    return all(
+        np.allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol) for x, y in zip(la, lb)
+    )

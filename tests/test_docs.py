@@ -1,8 +1,8 @@
 """Every ```python block in README.md and docs/*.md runs as written.
 
 Blocks of one page run in order in one namespace. A line ``print(EXPR)  # TEXT`` is
-checked: what ``print(EXPR)`` would print must equal ``TEXT``. Pages are user code, so they run with JAX's
-standard promotion rules rather than the suite's strict ones.
+checked: what ``print(EXPR)`` would print must equal ``TEXT``. Pages are user code, so
+they run with JAX's standard promotion rules rather than the suite's strict ones.
 """
 
 import pathlib

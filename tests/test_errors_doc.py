@@ -9,6 +9,5 @@ DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 
 def test_errors_page_is_current() -> None:
     assert DOC.read_text() == errors_markdown() + "\n", (
-        "docs/errors.md is stale: regenerate it with "
-        "`make errors-doc`"
+        "docs/errors.md is stale: regenerate it with `make errors-doc`"
     )

@@ -1,0 +1,78 @@
+"""Helpers shared by the functional ops: dtype promotion, axis and tuple canonicalisation."""
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .._meta import AxisMetadata
+
+
+def promote_dtype(*arrays: Any, dtype: Any = None, inexact: bool = True) -> tuple[Any, ...]:
+    """Cast ``arrays`` (``None`` passes through) to ``dtype``, or to their common dtype.
+
+    As Flax's ``promote_dtype``: with ``dtype=None`` the arrays are promoted to the type
+    JAX's standard rules give them together (made inexact when ``inexact``). The cast is
+    explicit, so it works under ``jax_numpy_dtype_promotion="strict"``; an array that
+    already has the dtype is returned as it is (no operation is traced).
+
+    >>> import jax.numpy as jnp
+    >>> x, w = promote_dtype(jnp.ones(2, jnp.bfloat16), jnp.ones(2, jnp.float32))
+    >>> x.dtype, w.dtype
+    (dtype('float32'), dtype('float32'))
+    """
+    present = [a for a in arrays if a is not None]
+    if dtype is None:
+        with jax.numpy_dtype_promotion("standard"):
+            dtype = jnp.result_type(*present)
+        if inexact and not jnp.issubdtype(dtype, jnp.inexact):
+            dtype = jnp.promote_types(jnp.float32, dtype)
+    return tuple(
+        None if a is None else a if getattr(a, "dtype", None) == dtype else jnp.asarray(a, dtype)
+        for a in arrays
+    )
+
+
+def canonicalize_axes(ndim: int, axes: int | Iterable[int]) -> tuple[int, ...]:
+    """Sorted, de-duplicated, non-negative axes."""
+    if isinstance(axes, int):
+        axes = (axes,)
+    return tuple(sorted({a % ndim if -ndim <= a < ndim else _bad_axis(a, ndim) for a in axes}))
+
+
+def _bad_axis(axis: int, ndim: int) -> int:
+    from .._errors import LayerConfigError
+
+    raise LayerConfigError(f"axis {axis} is out of range for an input with {ndim} axes.")
+
+
+def as_tuple(value: int | Sequence[int] | None, n: int, name: str) -> tuple[int, ...]:
+    """Broadcast an int (or ``None`` meaning 1) to ``n`` entries; check a sequence's length."""
+    from .._errors import LayerConfigError
+
+    if value is None:
+        return (1,) * n
+    if isinstance(value, int):
+        return (value,) * n
+    out = tuple(int(v) for v in value)
+    if len(out) != n:
+        raise LayerConfigError(
+            f"{name}={tuple(value)!r} has {len(out)} entries but the convolution has {n} "
+            "spatial dimensions; give one int per spatial dimension (or a single int)."
+        )
+    return out
+
+
+def unboxed(value: Any) -> Any:
+    """The array inside an axis-metadata box (``Partitioned``), or ``value`` itself."""
+    while isinstance(value, AxisMetadata):
+        value = value.unbox()
+    return value
+
+
+def var_value(variable: Any) -> Any:
+    """The value of a Variable (or a bare array), unboxed; ``None`` stays ``None``."""
+    if variable is None:
+        return None
+    return unboxed(getattr(variable, "value", variable))
