@@ -125,7 +125,7 @@ def _eq(x: Any, y: Any) -> bool:
 class _Entry:
     """One compiled function: a ``jax.jit`` object plus how to rebuild its outputs."""
 
-    __slots__ = ("ambiguous", "build", "by_aval", "fast", "jitted", "out", "single")
+    __slots__ = ("ambiguous", "build", "by_aval", "donate", "fast", "jitted", "out", "single")
 
     def __init__(self) -> None:
         self.jitted: Any = None
@@ -135,6 +135,7 @@ class _Entry:
         self.single = False
         self.build: Callable[[Any], Any] = _identity
         self.by_aval: dict[Any, _Entry] = {}
+        self.donate: tuple[int, ...] = ()
 
     def record(self, out: Any) -> Any:
         spec = _Out(out)
@@ -239,7 +240,12 @@ class _JitWrapper(Generic[P, R]):
         if sub is None:
             sub = _Entry()
             traced = entry.jitted.__wrapped__
-            sub.jitted = jax.jit(lambda *dyn: traced(*dyn, _entry=sub), **self._jit_kwargs)
+            sub.donate = entry.donate  # same arguments, so the same donation
+            sub.jitted = jax.jit(
+                lambda *dyn: traced(*dyn, _entry=sub),
+                donate_argnums=sub.donate,
+                **self._jit_kwargs,
+            )
             entry.by_aval[avals] = sub
         return sub
 
@@ -297,6 +303,7 @@ class _JitWrapper(Generic[P, R]):
 
         f_, a_, k_ = split_call(tree)
         donate = self._donate_positions(f_, a_, k_) if self._donate else ()
+        entry.donate = donate
         entry.jitted = jax.jit(traced, donate_argnums=donate, **self._jit_kwargs)
         self._cache[key] = entry
         return entry

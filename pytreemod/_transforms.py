@@ -273,7 +273,15 @@ def value_and_grad(
                     full[i] = g
             grad_arg = unpack(skel, full)[argnum]
             if as_state:
-                grad_arg = partition((grad_arg,), lambda p, v, filt=filt: filt(p[1:], v))[1]
+                # Select by the argument's own variables, not by their gradients (a filter
+                # on values would see None for what was not differentiated).
+                a = argnum % len(args)
+                keep = {
+                    skel.path(s)[1:]
+                    for s in skel.slots
+                    if skel.path(s)[0] == a and filt(skel.path(s)[1:], value_of[s])
+                }
+                grad_arg = partition((grad_arg,), lambda p, v, keep=keep: p[1:] in keep)[1]
                 grad_arg = grad_arg.get(0, {})
             results.append(grad_arg)
         return value, (results[0] if single else tuple(results))

@@ -60,15 +60,9 @@ def checked(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def fail(op: str, reason: str, depth: int = 1) -> typing.NoReturn:
-    """Raise a ``ShapeError`` for a check written by hand in op ``op``.
-
-    ``depth`` counts frames from the caller of ``fail`` to the op's caller: 1 when the op
-    itself calls ``fail``.
-    """
-    raise ShapeError(
-        _with_context(f"pytreemod.nn.functional.{op}", reason, sys._getframe(depth + 1))
-    )
+def fail(op: str, reason: str) -> typing.NoReturn:
+    """Raise a ``ShapeError`` for a check written by hand in op ``op`` (``"conv"``)."""
+    raise ShapeError(_with_context(f"pytreemod.nn.functional.{op}", reason, sys._getframe(1)))
 
 
 def summary(x: Any) -> str:
@@ -209,9 +203,9 @@ def _bind(
             continue
         where = "axes" if isinstance(size, tuple) else "axis"
         return (
-            f"dimension {token!r} does not agree: it is {_fmt_size(size)} in {arg} "
+            f"dimension {token!r} does not agree: it is {_fmt_size(size)} in {arg!r} "
             f'({summary(value)}, {where} {_fmt_axis(axis, size)} of "{dims.text}") but '
-            f"{_fmt_size(seen)} in {other} ({summary(other_value)}, {where} "
+            f"{_fmt_size(seen)} in {other!r} ({summary(other_value)}, {where} "
             f'{_fmt_axis(other_axis, seen)} of "{other_text}")'
         )
     dtypes = getattr(annotation, "dtypes", None)

@@ -463,6 +463,18 @@ def test_donate_state_deletes_only_selected_state() -> None:
     assert not m2.weight.value.is_deleted()
 
 
+def test_donation_survives_shape_dependent_retrace() -> None:
+    # The output's static part depends on the shape: calls are then keyed by shape, and
+    # every such compilation still donates.
+    f = pm.jit(lambda x: (x + 1.0, x.shape[0]), donate_argnums=0)
+    for n in (2, 3, 2, 3):
+        x = jnp.ones(n, dtype=jnp.float32)
+        y, size = f(x)
+        assert size == n
+        assert x.is_deleted()
+        np.testing.assert_allclose(y, 2.0)
+
+
 def test_lower_shows_donation_and_compiles() -> None:
     m, x = _stats_model(), jnp.ones((4, 4), dtype=jnp.float32)
     donating = pm.jit(_update, donate_argnums=(pm.DonateState(0, "params"),))

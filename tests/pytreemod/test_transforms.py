@@ -137,6 +137,22 @@ def test_grad_diffstate_matches_state_structure_exactly(getkey: Callable[[], jax
     np.testing.assert_allclose(gs["mean"], -3.0)
 
 
+def test_grad_diffstate_with_value_predicate_and_path_filter(
+    getkey: Callable[[], jax.Array],
+) -> None:
+    m, x = _block(getkey()), _x()
+    expected = _by_hand(m, x)
+    # A predicate on the value selects by the argument's variables (not their gradients).
+    g = pm.grad(
+        _loss, argnums=pm.DiffState(0, lambda p, v: isinstance(v, pm.Param) and v.value.ndim == 2)
+    )(m, x)
+    assert jax.tree.structure(g) == jax.tree.structure({"linear": {"weight": 0}})
+    np.testing.assert_allclose(g["linear"]["weight"], expected["w"], rtol=1e-5)
+    gb = pm.grad(_loss, argnums=pm.DiffState(0, pm.PathContains("bias")))(m, x)
+    assert jax.tree.structure(gb) == jax.tree.structure({"linear": {"bias": 0}})
+    np.testing.assert_allclose(gb["linear"]["bias"], expected["b"], rtol=1e-5)
+
+
 def test_grad_tuple_argnums(getkey: Callable[[], jax.Array]) -> None:
     m, x = _block(getkey()), _x()
     g = pm.grad(_loss, argnums=(0, 1))(m, x)

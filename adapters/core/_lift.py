@@ -1,0 +1,266 @@
+"""``pack``: the one primitive every lifted transform is built on (the lifting note).
+
+``pack(fn, in_variable_filters, out_variable_filters, rng_filters)`` returns a scope
+function. Called with a scope (or a PyTree of scopes) it goes through six stages:
+
+1. **Scope de-duplication**: only root scopes are lifted (a scope whose ancestor is also
+   lifted is rebuilt later from that ancestor and its relative path).
+2. **Filtering**: each root's collections are split into one group per input filter, a
+   collection going to the first filter that matches it; each rng stream matched by an
+   rng filter is re-seeded with ``make_rng``. Unmatched collections and streams are not
+   available inside (using one is an ``UnliftedCollectionError``/``UnliftedRngError``).
+3. **Transform**: ``fn(scope_fn, repack_fn, variable_groups, rng_groups, *args)`` runs,
+   typically passing the groups through a pytreemod transform.
+4. **Scope reconstruction**: inside, ``scope_fn(variable_groups, rng_groups)`` rebuilds
+   the scopes from the (transformed) groups.
+5. **Repack**: ``repack_fn(scopes)`` collects the variables of the mutable collections
+   into one group per output filter (immutable state is not returned) and invalidates
+   the inner scopes.
+6. **Commit**: the groups ``fn`` returns next to its output are written into the
+   original scopes (into their mutable collections).
+
+Groups are tuples with one entry per group; each entry is a tuple with one
+``{collection: value}`` dict per lifted root scope.
+"""
+
+import functools
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+import pytreemod as pm
+
+from . import _filters
+from ._errors import LiftError
+from ._scope import LiftInfo, Scope
+
+VariableGroups = tuple[tuple[dict[str, Any], ...], ...]
+RngGroups = tuple[tuple[dict[str, Any], ...], ...]
+
+
+def _is_scope(x: Any) -> bool:
+    return isinstance(x, Scope)
+
+
+def _dedup_scopes(
+    scopes: Sequence[Scope],
+) -> tuple[tuple[Scope, ...], tuple[tuple[Scope, tuple[str, ...]], ...]]:
+    """Stage 1: the root scopes, and for every scope its root and relative path."""
+    roots: dict[Scope, None] = dict.fromkeys(scopes)
+    paths = []
+    for leaf in scopes:
+        top, top_path = leaf, ()
+        scope, path = leaf.parent, [leaf.name]
+        while scope is not None:
+            if scope in roots:
+                top, top_path = scope, tuple(reversed(path))
+            path.append(scope.name)
+            scope = scope.parent
+        if top is not leaf and leaf in roots:
+            del roots[leaf]
+        paths.append((top, top_path))
+    return tuple(roots), tuple(paths)  # type: ignore[return-value]
+
+
+def _transpose(xs: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(zip(*xs))
+
+
+def _py_scalars_to_arrays(tree: Any) -> Any:
+    """Python numbers in variables become arrays, as JAX transforms would make them."""
+    def convert(x: Any) -> Any:
+        return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
+
+    return jax.tree.map(convert, tree, is_leaf=pm.is_box)
+
+
+def _copy_dicts(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {k: _copy_dicts(v) for k, v in x.items()}
+    return x
+
+
+def _partial_pack(
+    scope_tree: Any,
+    in_variable_filters: Sequence[Any],
+    out_variable_filters: Sequence[Any],
+    rng_filters: Sequence[Any],
+    name: str | None,
+) -> tuple[Callable[..., Any], Callable[..., Any], VariableGroups, RngGroups,
+           Callable[[Any], None], tuple[Scope, ...]]:
+    in_filters = [_filters.to_filter(f) for f in in_variable_filters]
+    out_filters = [_filters.to_filter(f) for f in out_variable_filters]
+    rfilters = [_filters.to_filter(f) for f in rng_filters]
+    out_union = _filters.union(*out_filters) if out_filters else pm.Nothing()
+    in_union = _filters.union(*in_filters) if in_filters else pm.Nothing()
+    transform = name or "pack"
+
+    scopes, treedef = jax.tree.flatten(scope_tree, is_leaf=_is_scope)
+    for s in scopes:
+        if not isinstance(s, Scope):
+            raise LiftError(
+                f"lift.{transform}: expected a Scope (or a PyTree of scopes) as the first "
+                f"argument, got {type(s).__name__}."
+            )
+        s._check_valid()
+    roots, paths = _dedup_scopes(scopes)
+
+    # Stage 2: variables into groups (first match wins), rngs re-seeded by make_rng.
+    per_root_vars = []
+    per_root_rngs = []
+    hidden: list[frozenset[str]] = []
+    for root in roots:
+        root._populate_collections()
+        present = {c: v for c, v in root._variables.items() if v or c in root._variables}
+        groups = _filters.group_collections(present, in_filters)
+        per_root_vars.append(tuple(_py_scalars_to_arrays(g) for g in groups))
+        rng_groups: list[dict[str, Any]] = [{} for _ in rfilters]
+        lifted: set[str] = set()
+        for stream in root.rngs:
+            for group, filt in zip(rng_groups, rfilters):
+                if _filters.in_filter(filt, stream):
+                    group[stream] = root.make_rng(stream)
+                    lifted.add(stream)
+                    break
+        per_root_rngs.append(tuple(rng_groups))
+        hidden.append(frozenset(root.rngs) - lifted)
+    variable_groups: VariableGroups = _transpose(per_root_vars) or ()
+    rng_groups_t: RngGroups = _transpose(per_root_rngs) or ()
+    n_roots = len(roots)
+
+    def scope_fn(
+        variable_groups: VariableGroups,
+        rng_groups: RngGroups,
+        mutable_filter: Any = True,
+    ) -> Any:
+        """Stage 4: rebuild the scopes from (transformed) groups."""
+        var_xs = _transpose(variable_groups) or ((),) * n_roots
+        rng_xs = _transpose(rng_groups) or ((),) * n_roots
+        mfilter = _filters.to_filter(mutable_filter)
+        inner_roots = []
+        for root, vgroups, rgroups, hide in zip(roots, var_xs, rng_xs, hidden):
+            mutable = _filters.intersect(root.mutable, out_union, mfilter)
+            variables: dict[str, Any] = {}
+            for group in vgroups:
+                for col, value in group.items():
+                    variables[col] = (
+                        _copy_dicts(value) if _filters.in_filter(mutable, col) else value
+                    )
+            rngs: dict[str, Any] = {}
+            for group in rgroups:
+                rngs.update(group)
+            debug_path = root.debug_path
+            if name:
+                debug_path = (
+                    (*debug_path[:-1], f"{name}({debug_path[-1]})")
+                    if debug_path
+                    else (f"{name}()",)
+                )
+            inner = Scope(
+                variables,
+                rngs=rngs,
+                name=root.name,
+                mutable=mutable,
+                path=root.path,
+                debug_path=debug_path,
+                flags=root.flags,
+            )
+            inner._lift = LiftInfo(transform, in_union, hide, root._lift)
+            inner_roots.append(inner)
+        mapping = dict(zip(roots, inner_roots))
+        rebuilt = []
+        for top, rel in paths:
+            scope = mapping[top]
+            for part in rel:
+                scope = scope.push(part, reuse=True)
+            rebuilt.append(scope)
+        return jax.tree.unflatten(treedef, rebuilt)
+
+    def repack_fn(inner_scope_tree: Any) -> VariableGroups:
+        """Stage 5: the mutable variables of the inner scopes, grouped by output filter."""
+        inner_scopes = treedef.flatten_up_to(inner_scope_tree)
+        inner_roots, _ = _dedup_scopes(inner_scopes)
+        out = []
+        for inner in inner_roots:
+            inner._populate_collections()
+            mutable_vars = {
+                col: value
+                for col, value in inner._variables.items()
+                if inner.is_mutable_collection(col)
+            }
+            groups = _filters.group_collections(mutable_vars, [*out_filters, pm.Everything()])
+            if groups[-1]:
+                raise LiftError(
+                    f"lift.{transform}: collections {sorted(groups[-1])} of scope "
+                    f'"{inner.path_text}" are mutable inside but match no output filter.'
+                )
+            inner.invalidate()
+            out.append(groups[:-1])
+        return _transpose(out) or ()
+
+    def publish(out_variable_groups: Any) -> None:
+        """Stage 6: write the returned groups into the original scopes."""
+        per_root = _transpose(out_variable_groups) if out_variable_groups else ()
+        for root, groups in zip(roots, per_root):
+            for group in groups:
+                for col, collection in group.items():
+                    if not root.is_mutable_collection(col):
+                        continue  # immutable state is never committed
+                    for var_name, value in collection.items():
+                        root.put_variable(col, var_name, value)
+
+    return scope_fn, repack_fn, variable_groups, rng_groups_t, publish, roots
+
+
+def pack(
+    fn: Callable[..., Any],
+    in_variable_filters: Sequence[Any],
+    out_variable_filters: Sequence[Any],
+    rng_filters: Sequence[Any],
+    name: str | None = None,
+    enable_kwargs: bool = False,
+) -> Callable[..., Any]:
+    """Lift ``fn`` over scopes: the building block of every lifted transform.
+
+    **Arguments:**
+
+    - ``fn``: ``(scope_fn, repack_fn, variable_groups, rng_groups, *args) -> (output,
+      out_variable_groups)``. Call ``scope_fn(variable_groups, rng_groups)`` to rebuild
+      the scopes (optionally ``mutable_filter=`` to restrict writes), run the body, and
+      return ``repack_fn(scopes)`` next to the output.
+    - ``in_variable_filters``: one collection filter per input group (first match wins;
+      unmatched collections are not available inside).
+    - ``out_variable_filters``: one filter per output group; only collections they match
+      are mutable inside.
+    - ``rng_filters``: one filter per rng group; matched streams are re-seeded with
+      ``make_rng``, unmatched ones are not available inside.
+    - ``name``: the transform's name, shown in scope paths (``/vmap(mlp)``) and errors.
+    - ``enable_kwargs``: pass keyword arguments through to ``fn`` (otherwise they are
+      ignored with a warning, as in Flax).
+
+    Returns a function ``(scope_or_scopes, *args, **kwargs) -> output``.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(scope_tree: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs and not enable_kwargs:
+            warnings.warn(
+                f"lift.{name or 'pack'} does not take keyword arguments; "
+                f"{', '.join(kwargs)} ignored.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            kwargs = {}
+        scope_fn, repack_fn, variable_groups, rng_groups, publish, _ = _partial_pack(
+            scope_tree, in_variable_filters, out_variable_filters, rng_filters, name
+        )
+        y, out_variable_groups = fn(
+            scope_fn, repack_fn, variable_groups, rng_groups, *args, **kwargs
+        )
+        publish(out_variable_groups)
+        return y
+
+    return wrapper

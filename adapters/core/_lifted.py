@@ -1,0 +1,1060 @@
+"""The lifted transforms: ``pack`` plus one pytreemod (or JAX) transform each.
+
+Every transform here is a small ``inner(scope_fn, repack_fn, variable_groups, rng_groups,
+*args)`` handed to ``pack``. The variable groups are plain dicts, so they go straight into
+pytreemod's transforms as arguments, each with its own spec: ``lift.vmap`` gives each
+group its axis from ``variable_axes`` (``None`` broadcasts) in ``pm.vmap``'s ``in_axes``;
+``lift.scan`` passes carried groups as ``pm.Carry``, scanned groups with their axis and
+broadcast groups as ``None`` to ``pm.scan``. The pytreemod transform calls
+``add_axis``/``remove_axis`` on axis-metadata boxes with ``metadata_params``; there is no
+second implementation of vmap or scan here. ``jvp``, ``vjp`` and ``custom_vjp`` use JAX's
+transforms directly (pytreemod has no counterpart; the groups are plain PyTrees).
+
+Limits (the lifting note's table), each a clear error: carry variables cannot be created
+inside a ``scan``/``while_loop`` body (``CarryVariableInitError``); ``cond``/``switch``
+branches must create and update the same variables (``BranchVariableMismatchError``).
+"""
+
+import dataclasses
+import functools
+import threading
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import pytreemod as pm
+
+from . import _filters
+from ._errors import BranchVariableMismatchError, CarryVariableInitError, LiftError
+from ._frozen_dict import unfreeze
+from ._lift import pack
+from ._scope import Scope
+
+C = TypeVar("C")
+_NO_AXES: Mapping[Any, Any] = types.MappingProxyType({})
+
+
+class _Broadcast:
+    """Marks a ``scan`` argument (in ``in_axes``) that every iteration sees whole."""
+
+    def __repr__(self) -> str:
+        return "broadcast"
+
+
+broadcast = _Broadcast()
+"""``in_axes`` entry of ``lift.scan`` for an argument that is not scanned over."""
+
+
+@dataclasses.dataclass(frozen=True)
+class In:
+    """``variable_axes`` value used only for the transform's inputs."""
+
+    axis: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Out:
+    """``variable_axes`` value used only for the transform's outputs."""
+
+    axis: Any
+
+
+def _split_in_out_axes(xs: Mapping[Any, Any]) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    unwrap = lambda v: v.axis if isinstance(v, (In, Out)) else v
+    ins = {k: unwrap(v) for k, v in xs.items() if not isinstance(v, Out)}
+    outs = {k: unwrap(v) for k, v in xs.items() if not isinstance(v, In)}
+    return ins, outs
+
+
+def _unzip2(items: Iterable[tuple[Any, Any]]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    pairs = tuple(items)
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+def _per_arg(spec: Any, nargs: int, what: str) -> tuple[Any, ...]:
+    """One spec per positional argument (a single spec applies to all of them)."""
+    if isinstance(spec, (tuple, list)):
+        if len(spec) != nargs:
+            raise LiftError(
+                f"{what} has {len(spec)} entries but {nargs} positional argument(s) were "
+                "given (after the scope); give one entry per argument or a single axis."
+            )
+        return tuple(spec)
+    return (spec,) * nargs
+
+
+def _axis_leaves(spec: Any, tree: Any, what: str) -> list[tuple[Any, Any]]:
+    """``(axis, array)`` for every array under ``tree``, with ``spec`` as a prefix."""
+    pairs: list[tuple[Any, Any]] = []
+
+    def visit(axis: Any, sub: Any) -> None:
+        pairs.extend((axis, leaf) for leaf in jax.tree.leaves(sub) if pm.is_array(leaf))
+
+    try:
+        jax.tree.map(visit, spec, tree, is_leaf=lambda x: x is None or x is broadcast)
+    except (ValueError, TypeError) as e:
+        raise LiftError(
+            f"{what} {spec!r} is not a prefix of the arguments' structure ({e})."
+        ) from None
+    return pairs
+
+
+def _mapped_size(
+    given: int | None, pairs: list[tuple[Any, Any]], what: str, name: str
+) -> int:
+    sizes = {leaf.shape[ax] for ax, leaf in pairs if isinstance(ax, int)}
+    if given is not None:
+        return given
+    if len(sizes) > 1:
+        raise LiftError(f"lift.{name}: inconsistent {what}s {sorted(sizes)} of the inputs.")
+    if not sizes:
+        raise LiftError(
+            f"lift.{name}: the {what} cannot be inferred (no input is mapped); pass "
+            f"{'axis_size' if name == 'vmap' else 'length'}=... ."
+        )
+    return sizes.pop()
+
+
+def _split_keys(group: tuple[dict[str, Any], ...], n: int) -> tuple[dict[str, Any], ...]:
+    return tuple({k: jax.random.split(v, n) for k, v in g.items()} for g in group)
+
+
+def _no_broadcast(spec: Any) -> Any:
+    """``broadcast`` entries of a scan spec become ``None`` (pytreemod's spelling)."""
+    if spec is broadcast:
+        return None
+    if isinstance(spec, (tuple, list)):
+        return type(spec)(_no_broadcast(s) for s in spec)
+    if isinstance(spec, Mapping):
+        return {k: _no_broadcast(v) for k, v in spec.items()}
+    return spec
+
+
+def _contains(spec: Any, marker: Any) -> bool:
+    if spec is marker:
+        return True
+    if isinstance(spec, (tuple, list)):
+        return any(_contains(s, marker) for s in spec)
+    if isinstance(spec, Mapping):
+        return any(_contains(s, marker) for s in spec.values())
+    return False
+
+
+def _paths(tree: Any) -> set[str]:
+    return {
+        jax.tree_util.keystr(p)
+        for p, _ in jax.tree_util.tree_flatten_with_path(tree, is_leaf=pm.is_box)[0]
+    }
+
+
+def _scope_paths(scope_tree: Any) -> str:
+    scopes = jax.tree.leaves(scope_tree, is_leaf=lambda x: isinstance(x, Scope))
+    return ", ".join(f'"{s.path_text}"' for s in scopes if isinstance(s, Scope))
+
+
+def _merge_carry(
+    what: str, where: str, before: tuple[dict[str, Any], ...], after: tuple[dict[str, Any], ...]
+) -> tuple[dict[str, Any], ...]:
+    """The carried groups after one iteration; immutable carried collections pass through.
+
+    Raises ``CarryVariableInitError`` if the iteration created carry variables.
+    """
+    merged = []
+    for b, a in zip(before, after):
+        m = dict(a)
+        for col, value in b.items():
+            m.setdefault(col, value)
+        if jax.tree.structure(m, is_leaf=pm.is_box) != jax.tree.structure(b, is_leaf=pm.is_box):
+            new = sorted(_paths(m) - _paths(b)) or sorted(_paths(m) ^ _paths(b))
+            raise CarryVariableInitError(
+                f"lift.{what} at {where}: carry variables cannot be initialized inside the "
+                f"{what} body, but the body created or removed {', '.join(new)}. Create the "
+                f"carry variables before the {what} (e.g. call the body once outside it)."
+            )
+        merged.append(m)
+    return tuple(merged)
+
+
+# ----------------------------------------------------------------------------- vmap
+
+
+def vmap(
+    fn: Callable[..., Any],
+    variable_axes: Mapping[Any, Any],
+    split_rngs: Mapping[Any, bool],
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    axis_size: int | None = None,
+    axis_name: str | None = None,
+    spmd_axis_name: str | None = None,
+    metadata_params: Mapping[Any, Any] | None = None,
+) -> Callable[..., Any]:
+    """A lifted ``jax.vmap``: ``pack`` plus ``pytreemod.vmap``.
+
+    **Arguments:**
+
+    - ``fn``: a scope function ``fn(scope, *args)``.
+    - ``variable_axes``: ``{collection_filter: axis}``; each group is lifted with that
+      axis (``None``: shared/broadcast). Wrap an axis in ``In``/``Out`` to use it only for
+      inputs/outputs. Collections no filter matches are not available inside.
+    - ``split_rngs``: ``{rng_filter: bool}``; split streams get a different key per
+      index, the others the same key.
+    - ``in_axes``/``out_axes``: as in ``jax.vmap``, for the arguments after the scope and
+      for the output.
+    - ``axis_size``, ``axis_name``, ``spmd_axis_name``: as in ``jax.vmap``.
+    - ``metadata_params``: passed to ``add_axis``/``remove_axis`` of axis-metadata boxes
+      (e.g. ``{pm.PARTITION_NAME: 'heads'}``).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters.core import init, lift, nn
+    >>> batch_dense = lift.vmap(nn.dense, variable_axes={'params': 0},
+    ...                         split_rngs={'params': True}, in_axes=(0, None))
+    >>> y, v = init(batch_dense)(jax.random.key(0), jnp.ones((3, 2)), 4)
+    >>> v['params']['kernel'].shape
+    (3, 2, 4)
+    """
+    var_in, var_out = _split_in_out_axes(variable_axes)
+    in_groups, in_axes_v = _unzip2(var_in.items())
+    out_groups, out_axes_v = _unzip2(var_out.items())
+    rng_filters, rng_splits = _unzip2(split_rngs.items())
+    rng_axes = tuple(0 if split else None for split in rng_splits)
+    params = dict(metadata_params or {})
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+    ) -> Any:
+        arg_axes = _per_arg(in_axes, len(args), "lift.vmap in_axes")
+        if any(rng_splits):
+            pairs = _axis_leaves(tuple(in_axes_v), tuple(variable_groups), "variable_axes")
+            pairs += _axis_leaves(arg_axes, args, "in_axes")
+            size = _mapped_size(axis_size, pairs, "mapped axis size", "vmap")
+            rng_groups = tuple(
+                _split_keys(g, size) if split else g for g, split in zip(rng_groups, rng_splits)
+            )
+
+        def mapped(variable_groups: Any, rng_groups: Any, *args: Any) -> Any:
+            scope = scope_fn(variable_groups, rng_groups)
+            y = fn(scope, *args)
+            return y, repack_fn(scope)
+
+        return pm.vmap(
+            mapped,
+            in_axes=(tuple(in_axes_v), rng_axes, *arg_axes),
+            out_axes=(out_axes, tuple(out_axes_v)),
+            axis_size=axis_size,
+            axis_name=axis_name,
+            spmd_axis_name=spmd_axis_name,
+            metadata_params=params,
+        )(tuple(variable_groups), tuple(rng_groups), *args)
+
+    return pack(inner, in_groups, out_groups, rng_filters, name="vmap")
+
+
+# ----------------------------------------------------------------------------- scan
+
+
+def _take(x: Any, axis: int, index: int) -> Any:
+    return lax.index_in_dim(x, index, axis, keepdims=False) if pm.is_array(x) else x
+
+
+def _slice_tree(tree: Any, axis: int, index: int, params: Mapping[Any, Any]) -> Any:
+    """Element ``index`` along ``axis`` of every array (boxes lose the axis's metadata)."""
+
+    def one(x: Any) -> Any:
+        if pm.is_box(x):
+            return jax.tree.map(lambda v: _take(v, axis, index), x).remove_axis(axis, params)
+        return _take(x, axis, index)
+
+    return jax.tree.map(one, tree, is_leaf=pm.is_box)
+
+
+def _slice_prefix(spec: Any, tree: Any, index: int, params: Mapping[Any, Any]) -> Any:
+    return jax.tree.map(
+        lambda ax, sub: sub if ax is None else _slice_tree(sub, ax, index, params),
+        spec,
+        tree,
+        is_leaf=lambda x: x is None,
+    )
+
+
+def scan(
+    fn: Callable[..., Any],
+    variable_axes: Mapping[Any, Any] = _NO_AXES,
+    variable_broadcast: Any = False,
+    variable_carry: Any = False,
+    split_rngs: Mapping[Any, bool] = _NO_AXES,
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int | bool = 1,
+    _split_transpose: bool = False,
+    data_transform: Callable[..., Any] | None = None,
+    metadata_params: Mapping[Any, Any] | None = None,
+    check_constancy_invariants: bool = True,
+) -> Callable[..., Any]:
+    """A lifted ``jax.lax.scan``: ``pack`` plus ``pytreemod.scan``.
+
+    The body is ``fn(scope, carry, *xs) -> (carry, ys)``; the result is a scope function
+    ``(scope, carry, *xs) -> (carry, ys)``.
+
+    **Arguments:**
+
+    - ``variable_axes``: ``{collection_filter: axis}`` of collections scanned over (one
+      slice per iteration; created variables are stacked along ``axis``).
+    - ``variable_broadcast``: collections every iteration sees whole and read-only. When
+      they may be created (during ``init``), the body runs once before the loop to create
+      them, so they must not depend on the carry or on ``xs``.
+    - ``variable_carry``: collections carried from one iteration to the next; they must
+      exist before the scan (``CarryVariableInitError`` otherwise).
+    - ``split_rngs``: ``{rng_filter: bool}``; split streams differ per iteration.
+    - ``in_axes``/``out_axes``: scanned axis of each argument after the carry (a prefix;
+      ``broadcast`` for an argument seen whole) and of the outputs.
+    - ``length``, ``reverse``, ``unroll``: as in ``jax.lax.scan``.
+    - ``data_transform``: optional ``(variable_groups, rng_groups) -> (variable_groups,
+      rng_groups)`` applied inside each iteration.
+    - ``metadata_params``: passed to the boxes' ``add_axis``/``remove_axis``.
+
+    ``_split_transpose`` and ``check_constancy_invariants`` are accepted for signature
+    compatibility with Flax; broadcast outputs (``broadcast`` in ``out_axes``) are not
+    supported.
+    """
+    var_in, var_out = _split_in_out_axes(variable_axes)
+    in_groups, in_axes_v = _unzip2(var_in.items())
+    out_groups, out_axes_v = _unzip2(var_out.items())
+    for ax in (*in_axes_v, *out_axes_v):
+        if not isinstance(ax, int) or isinstance(ax, bool):
+            raise LiftError(
+                f"lift.scan variable_axes values must be int axes, got {ax!r}; use "
+                "variable_broadcast for collections shared by every iteration."
+            )
+    if _contains(out_axes, broadcast):
+        raise LiftError(
+            "lift.scan: broadcast outputs (broadcast in out_axes) are not supported; return "
+            "the value from outside the scan instead."
+        )
+    rng_filters, rng_splits = _unzip2(split_rngs.items())
+    rng_axes = tuple(0 if split else None for split in rng_splits)
+    params = dict(metadata_params or {})
+    bcast_filter = _filters.to_filter(variable_broadcast)
+    read_only_broadcast = _filters.to_filter(pm.Not(bcast_filter))
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        init: Any,
+        *args: Any,
+    ) -> Any:
+        arg_axes = tuple(_no_broadcast(a) for a in _per_arg(in_axes, len(args), "in_axes"))
+        n = _mapped_size(length, _axis_leaves(arg_axes, args, "in_axes"), "scan length", "scan")
+        rng_groups = tuple(
+            _split_keys(g, n) if split else g for g, split in zip(rng_groups, rng_splits)
+        )
+        bcast_in, carry_in = variable_groups[0], variable_groups[1]
+        scan_in = tuple(variable_groups[2:])
+        bcast_out: tuple[dict[str, Any], ...] = tuple({} for _ in bcast_in)
+
+        probe = scope_fn(variable_groups, rng_groups)
+        scopes = [s for s in jax.tree.leaves(probe, is_leaf=_is_scope) if _is_scope(s)]
+        where = _scope_paths(probe)
+        for s in scopes:
+            s.invalidate()
+        if any(_filters.may_overlap(s.mutable, bcast_filter, tuple(s._variables)) for s in scopes):
+            # Broadcast variables may be created: run the body once, outside the loop.
+            first = n - 1 if reverse else 0
+            xs0 = tuple(_slice_prefix(a, x, first, params) for a, x in zip(arg_axes, args))
+            scan0 = tuple(
+                _slice_tree(g, ax, first, params) for g, ax in zip(scan_in, in_axes_v)
+            )
+            rngs0 = tuple(
+                jax.tree.map(lambda k: k[first], g) if split else g
+                for g, split in zip(rng_groups, rng_splits)
+            )
+            groups0 = (bcast_in, carry_in, *scan0)
+            if data_transform is not None:
+                groups0, rngs0 = data_transform(groups0, rngs0)
+            scope0 = scope_fn(groups0, rngs0)
+            fn(scope0, init, *xs0)
+            bcast_out = repack_fn(scope0)[0]
+            bcast_in = tuple({**b, **o} for b, o in zip(bcast_in, bcast_out))
+
+        def body(carry: Any, bcast: Any, scan_vars: Any, rngs: Any, *xs: Any) -> Any:
+            carry_vars, c = carry
+            groups = (bcast, carry_vars, *scan_vars)
+            if data_transform is not None:
+                groups, rngs = data_transform(groups, rngs)
+            scope = scope_fn(groups, rngs, mutable_filter=read_only_broadcast)
+            c, y = fn(scope, c, *xs)
+            out = repack_fn(scope)
+            new_carry = _merge_carry("scan", where, carry_vars, out[1])
+            return (new_carry, c), (y, tuple(out[2:]))
+
+        (carry_out, c), (ys, scan_out) = pm.scan(
+            body,
+            in_axes=(pm.Carry, None, tuple(in_axes_v), rng_axes, *arg_axes),
+            out_axes=(pm.Carry, (out_axes, tuple(out_axes_v))),
+            length=n,
+            reverse=reverse,
+            unroll=unroll,
+            metadata_params=params,
+        )((carry_in, init), bcast_in, scan_in, rng_groups, *args)
+        return (c, ys), (bcast_out, carry_out, *scan_out)
+
+    return pack(
+        inner,
+        (bcast_filter, variable_carry, *in_groups),
+        (bcast_filter, variable_carry, *out_groups),
+        rng_filters,
+        name="scan",
+    )
+
+
+def _is_scope(x: Any) -> bool:
+    return isinstance(x, Scope)
+
+
+def remat_scan(
+    body_fn: Callable[..., Any],
+    lengths: Sequence[int],
+    policy: Callable[..., bool] | None = None,
+    variable_broadcast: Any = False,
+    variable_carry: Any = False,
+    variable_axes: Mapping[Any, Any] = types.MappingProxyType({True: 0}),
+    split_rngs: Mapping[Any, bool] = types.MappingProxyType({True: True}),
+) -> Callable[..., Any]:
+    """``body_fn`` repeated ``prod(lengths)`` times by nested, rematerialized scans.
+
+    ``body_fn(scope, carry) -> carry``. Each level of nesting is a ``lift.scan`` whose body
+    is a ``lift.remat``, so gradient memory grows like ``n ** (1 / len(lengths))`` and the
+    compiled program does not grow with depth. Variables get one leading axis per level:
+    ``lengths=(10, 10)`` gives kernels of shape ``(10, 10, ...)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters.core import init, lift, nn
+    >>> def body(scope, x):
+    ...     return nn.dense(scope, x, x.shape[-1])
+    >>> net = lambda scope, x: lift.remat_scan(body, lengths=(2, 3))(scope, x)
+    >>> _, v = init(net)(jax.random.key(0), jnp.ones((1, 4)))
+    >>> v['params']['kernel'].shape
+    (2, 3, 4, 4)
+    """
+    if not lengths:
+        raise LiftError("lift.remat_scan needs at least one length.")
+    scan_fn = functools.partial(
+        scan,
+        variable_broadcast=variable_broadcast,
+        variable_carry=variable_carry,
+        variable_axes=variable_axes,
+        split_rngs=split_rngs,
+    )
+    if len(lengths) == 1:
+
+        def wrapper(scope: Scope, carry: Any) -> Any:
+            return body_fn(scope, carry), ()
+
+        return lambda scope, c: scan_fn(remat(wrapper, policy=policy, prevent_cse=False),
+                                        length=lengths[0])(scope, c)[0]
+
+    def inner_loop(scope: Scope, carry: Any) -> Any:
+        carry = remat_scan(
+            body_fn, lengths[1:], policy, variable_broadcast, variable_carry,
+            variable_axes, split_rngs,
+        )(scope, carry)
+        return carry, ()
+
+    looped = remat(inner_loop, policy=policy, prevent_cse=False)
+    return lambda scope, c: scan_fn(looped, length=lengths[0])(scope, c)[0]
+
+
+# ----------------------------------------------------------------------------- while_loop
+
+
+def while_loop(
+    cond_fn: Callable[[Scope, C], Any],
+    body_fn: Callable[[Scope, C], C],
+    scope: Scope,
+    init: C,
+    carry_variables: Any = False,
+    broadcast_variables: Any = True,
+    split_rngs: Mapping[Any, bool] = _NO_AXES,
+) -> C:
+    """A lifted ``jax.lax.while_loop`` (``pack`` plus ``pytreemod.while_loop``).
+
+    ``cond_fn(scope, carry)`` sees every lifted collection read-only; ``body_fn(scope,
+    carry) -> carry`` may update ``carry_variables``, which must exist before the loop
+    (``CarryVariableInitError`` otherwise). ``broadcast_variables`` are read-only. Split
+    streams get the iteration number folded in.
+    """
+    rng_filters, rng_splits = _unzip2(split_rngs.items())
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+    ) -> Any:
+        carry_vars, bcast_vars = variable_groups
+        probe = scope_fn(variable_groups, rng_groups)
+        where = _scope_paths(probe)
+        for s in jax.tree.leaves(probe, is_leaf=_is_scope):
+            if isinstance(s, Scope):
+                s.invalidate()
+
+        def loop_rngs(i: Any) -> tuple[Any, ...]:
+            return tuple(
+                jax.tree.map(lambda k: jax.random.fold_in(k, i), g) if split else g
+                for g, split in zip(rng_groups, rng_splits)
+            )
+
+        def cond_wrapper(state: Any) -> Any:
+            i, cv, c = state
+            s = scope_fn((cv, bcast_vars), loop_rngs(-i), mutable_filter=False)
+            return cond_fn(s, c)
+
+        def body_wrapper(state: Any) -> Any:
+            i, cv, c = state
+            s = scope_fn((cv, bcast_vars), loop_rngs(i))
+            c = body_fn(s, c)
+            (out,) = repack_fn(s)
+            return i + 1, _merge_carry("while_loop", where, cv, out), c
+
+        start = (jnp.asarray(0, jnp.int32), carry_vars, init)
+        _, carry_vars, c = pm.while_loop(cond_wrapper, body_wrapper, start)
+        return c, (carry_vars,)
+
+    return pack(
+        inner,
+        (carry_variables, broadcast_variables),
+        (carry_variables,),
+        rng_filters,
+        name="while_loop",
+    )(scope)
+
+
+# ----------------------------------------------------------------------------- cond/switch
+
+
+def _branching(
+    kind: str,
+    branches: Sequence[Callable[..., Any]],
+    run: Callable[..., Any],
+    scope: Any,
+    operands: tuple[Any, ...],
+    variables: Any,
+    rngs: Any,
+) -> Any:
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+    ) -> Any:
+        seen: list[tuple[int, Any, set[str]]] = []
+
+        def make(i: int, branch: Callable[..., Any]) -> Callable[..., Any]:
+            def wrapper(variable_groups: Any, rng_groups: Any, *ops: Any) -> Any:
+                s = scope_fn(variable_groups, rng_groups)
+                where = _scope_paths(s)
+                y = branch(s, *ops)
+                out = repack_fn(s)
+                structure = jax.tree.structure(out, is_leaf=pm.is_box)
+                if seen and structure != seen[0][1]:
+                    j, _, first = seen[0]
+                    mine = _paths(out)
+                    only_i = sorted(mine - first) or ["(none)"]
+                    only_j = sorted(first - mine) or ["(none)"]
+                    raise BranchVariableMismatchError(
+                        f"lift.{kind} at {where}: branch {i} and branch {j} create or update "
+                        f"different variables (only in branch {i}: {', '.join(only_i)}; only "
+                        f"in branch {j}: {', '.join(only_j)}). Every branch must create and "
+                        "update the same variables; run all branches once at init first."
+                    )
+                seen.append((i, structure, _paths(out)))
+                return y, out
+
+            return wrapper
+
+        fns = [make(i, b) for i, b in enumerate(branches)]
+        return run(fns, tuple(variable_groups), tuple(rng_groups), *operands)
+
+    return pack(inner, (variables,), (variables,), (rngs,), name=kind)(scope)
+
+
+def cond(
+    pred: Any,
+    true_fun: Callable[..., C],
+    false_fun: Callable[..., C],
+    scope: Any,
+    *operands: Any,
+    variables: Any = True,
+    rngs: Any = True,
+) -> C:
+    """A lifted ``jax.lax.cond`` (``pack`` plus ``pytreemod.cond``).
+
+    Both branches get a scope with the lifted ``variables`` and ``rngs``; they must
+    return the same structure and create/update the same variables
+    (``BranchVariableMismatchError`` otherwise).
+    """
+    run = lambda fns, *ops: pm.cond(pred, fns[0], fns[1], *ops)
+    return _branching("cond", [true_fun, false_fun], run, scope, operands, variables, rngs)
+
+
+def switch(
+    index: Any,
+    branches: Sequence[Callable[..., C]],
+    scope: Any,
+    *operands: Any,
+    variables: Any = True,
+    rngs: Any = True,
+) -> C:
+    """A lifted ``jax.lax.switch`` (``pack`` plus ``pytreemod.switch``); see ``cond``."""
+    run = lambda fns, *ops: pm.switch(index, fns, *ops)
+    return _branching("switch", list(branches), run, scope, operands, variables, rngs)
+
+
+# ----------------------------------------------------------------------------- remat, jit
+
+
+def _static_indices(static_argnums: int | Iterable[int]) -> tuple[int, ...]:
+    return (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+
+
+def checkpoint(
+    fn: Callable[..., Any],
+    variables: Any = True,
+    rngs: Any = True,
+    concrete: bool = False,
+    prevent_cse: bool = True,
+    static_argnums: int | tuple[int, ...] = (),
+    policy: Callable[..., bool] | None = None,
+) -> Callable[..., Any]:
+    """A lifted ``jax.checkpoint`` (``pack`` plus ``pytreemod.remat``); alias ``remat``.
+
+    ``static_argnums`` index the arguments after the scope (0 is the first of them, as
+    in Flax's core); those arguments are closed over as compile-time constants.
+    ``policy`` and ``prevent_cse`` are ``jax.checkpoint``'s.
+    """
+    if concrete:
+        raise LiftError(
+            "lift.remat(concrete=True) is not supported (JAX removed it); mark the "
+            "arguments Python control flow depends on with static_argnums instead."
+        )
+    static = _static_indices(static_argnums)
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        fixed = {i % len(args): args[i] for i in static if -len(args) <= i < len(args)}
+        dynamic = [a for i, a in enumerate(args) if i not in fixed]
+
+        def rematted(variable_groups: Any, rng_groups: Any, *dyn: Any, **kw: Any) -> Any:
+            it = iter(dyn)
+            full = [fixed[i] if i in fixed else next(it) for i in range(len(args))]
+            s = scope_fn(variable_groups, rng_groups)
+            y = fn(s, *full, **kw)
+            return y, repack_fn(s)
+
+        return pm.remat(rematted, policy=policy, prevent_cse=prevent_cse)(
+            variable_groups, rng_groups, *dynamic, **kwargs
+        )
+
+    return pack(inner, (variables,), (variables,), (rngs,), name="remat", enable_kwargs=True)
+
+
+remat = checkpoint
+
+
+class _Static:
+    """A hashable holder making one argument a compile-time constant of ``lift.jit``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Static) and type(self.value) is type(other.value) and bool(
+            self.value == other.value
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+class _JitContext(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[tuple[Callable[..., Any], Callable[..., Any]]] = []
+
+
+def jit(
+    fn: Callable[..., Any],
+    variables: Any = True,
+    rngs: Any = True,
+    static_argnums: int | Iterable[int] = (),
+    static_argnames: str | Iterable[str] = (),
+    donate_argnums: int | Iterable[int] = (),
+    device: Any = None,
+    backend: str | None = None,
+) -> Callable[..., Any]:
+    """A lifted ``jax.jit`` (``pack`` plus ``pytreemod.jit``).
+
+    ``fn(scope, *args)`` is compiled once per input structure, static values and scope
+    configuration (mutable collections, path, flags); later calls reuse the compiled
+    program. Non-array arguments are static automatically; ``static_argnums`` (positions
+    in ``fn``'s signature, the scope being 0) and ``static_argnames`` force hashable
+    values to be static. ``donate_argnums`` (same positions) donate argument buffers.
+    Unlike Flax's core ``jit``, ``fn`` takes no module hash key.
+    """
+    static = {i for i in _static_indices(static_argnums) if i > 0}
+    names = {static_argnames} if isinstance(static_argnames, str) else set(static_argnames)
+    donate = tuple(pm.DonateState(i + 2) for i in _static_indices(donate_argnums) if i > 0)
+    jit_kwargs: dict[str, Any] = {}
+    if device is not None:
+        jit_kwargs["device"] = device
+    if backend is not None:
+        jit_kwargs["backend"] = backend
+    context = _JitContext()
+
+    def jitted(fingerprint: Any, variable_groups: Any, rng_groups: Any, *args: Any,
+               **kwargs: Any) -> Any:
+        del fingerprint  # keys the compilation cache only
+        scope_fn, repack_fn = context.stack[-1]
+        args = tuple(a.value if isinstance(a, _Static) else a for a in args)
+        kwargs = {k: v.value if isinstance(v, _Static) else v for k, v in kwargs.items()}
+        s = scope_fn(variable_groups, rng_groups)
+        y = fn(s, *args, **kwargs)
+        return y, repack_fn(s)
+
+    compiled = pm.jit(jitted, donate_argnums=donate, **jit_kwargs)
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        probe = scope_fn(variable_groups, rng_groups)
+        scopes = jax.tree.leaves(probe, is_leaf=_is_scope)
+        fingerprint = _Static((
+            jax.tree.structure(probe, is_leaf=_is_scope),
+            tuple(
+                (s.path, s.debug_path, s.mutable, s.flags, s._lift.key() if s._lift else None)
+                for s in scopes
+            ),
+        ))
+        for s in scopes:
+            s.invalidate()
+        args = tuple(_Static(a) if i + 1 in static else a for i, a in enumerate(args))
+        kwargs = {k: _Static(v) if k in names else v for k, v in kwargs.items()}
+        context.stack.append((scope_fn, repack_fn))
+        try:
+            return compiled(fingerprint, variable_groups, rng_groups, *args, **kwargs)
+        finally:
+            context.stack.pop()
+
+    return pack(inner, (variables,), (variables,), (rngs,), name="jit", enable_kwargs=True)
+
+
+def fold_rngs(
+    fn: Callable[..., Any], variables: Any = True, rngs: Any = True
+) -> Callable[..., Any]:
+    """Run ``fn`` on a lifted scope whose rng streams are re-seeded (``make_rng``) once.
+
+    The streams inside start from fresh keys folded from the caller's streams, so the
+    call consumes one key per stream of the caller, however many it draws inside.
+    """
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        s = scope_fn(variable_groups, rng_groups)
+        y = fn(s, *args, **kwargs)
+        return y, repack_fn(s)
+
+    return pack(inner, (variables,), (variables,), (rngs,), name="fold_rngs",
+                enable_kwargs=True)
+
+
+# ----------------------------------------------------------------------------- autodiff
+
+
+def vjp(
+    fn: Callable[..., Any],
+    scope: Any,
+    *primals: Any,
+    has_aux: bool = False,
+    reduce_axes: tuple[Any, ...] = (),
+    vjp_variables: Any = "params",
+    variables: Any = True,
+    rngs: Any = True,
+) -> Any:
+    """A lifted ``jax.vjp``: ``(y, vjp_fn)`` (``(y, vjp_fn, aux)`` with ``has_aux``).
+
+    ``vjp_fn(y_cotangent)`` returns ``(variables_cotangent, *primals_cotangents)``, the
+    first for the ``vjp_variables`` collections (a ``{collection: ...}`` dict per scope).
+    """
+    if reduce_axes:
+        raise LiftError("lift.vjp: reduce_axes is not supported (JAX removed it).")
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+    ) -> Any:
+        vjp_vars, other_vars = variable_groups
+
+        def wrapper(vjp_vars: Any, *args: Any) -> Any:
+            s = scope_fn((vjp_vars, other_vars), rng_groups)
+            if has_aux:
+                y, aux = fn(s, *args)
+            else:
+                y, aux = fn(s, *args), ()
+            return y, (aux, repack_fn(s))
+
+        y, bwd, (aux, out_vars) = jax.vjp(wrapper, vjp_vars, *args, has_aux=True)
+        treedef = jax.tree.structure(scope, is_leaf=_is_scope)
+        bwd = jax.tree_util.Partial(functools.partial(_bwd_wrapper, treedef), bwd)
+        return ((y, bwd, aux) if has_aux else (y, bwd)), out_vars
+
+    return pack(
+        inner, (vjp_variables, variables), (variables,), (rngs,), name="vjp"
+    )(scope, *primals)
+
+
+def _bwd_wrapper(treedef: Any, bwd_fn: Callable[..., Any], tangent: Any) -> Any:
+    vars_grad, *inputs_grad = bwd_fn(tangent)
+    return (treedef.unflatten(vars_grad), *inputs_grad)
+
+
+def jvp(
+    fn: Callable[..., Any],
+    scope: Any,
+    primals: Sequence[Any],
+    tangents: Sequence[Any],
+    variable_tangents: Any,
+    variables: Any = True,
+    rngs: Any = True,
+) -> tuple[Any, Any]:
+    """A lifted ``jax.jvp``: ``(fn(scope, *primals), tangent_out)``.
+
+    ``variable_tangents`` is ``{collection: tangents}`` (per scope for a tree of scopes);
+    the collections it names are differentiated, the others held constant.
+    """
+    treedef = jax.tree.structure(scope, is_leaf=_is_scope)
+    var_tangents = tuple(
+        {k: v for k, v in vt.items() if v} for vt in treedef.flatten_up_to(variable_tangents)
+    )
+    target = tuple(var_tangents[0].keys()) if var_tangents else ()
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+    ) -> Any:
+        jvp_vars, other_vars = variable_groups
+
+        def wrapper(vars_primals: Any, args: Any) -> Any:
+            s = scope_fn((vars_primals, other_vars), rng_groups)
+            y = fn(s, *args)
+            return y, repack_fn(s)
+
+        (y, out_vars), out_tangents = jax.jvp(
+            wrapper, (jvp_vars, tuple(args)), (var_tangents, tuple(tangents))
+        )
+        return (y, out_tangents[0]), out_vars
+
+    return pack(inner, (target, variables), (variables,), (rngs,), name="jvp")(
+        scope, *primals
+    )
+
+
+def value_and_grad(
+    fn: Callable[..., Any],
+    scope: Any,
+    *primals: Any,
+    has_aux: bool = False,
+    reduce_axes: tuple[Any, ...] = (),
+    variables: Any = True,
+    rngs: Any = True,
+) -> Any:
+    """A lifted ``jax.value_and_grad`` with respect to the inputs (``pytreemod.value_and_grad``).
+
+    Returns ``(y, grads)`` (``(y, aux, grads)`` with ``has_aux``), ``grads`` a tuple with
+    one entry per primal. Variables are not differentiated (use ``vjp`` for that).
+    """
+    if reduce_axes:
+        raise LiftError("lift.value_and_grad: reduce_axes is not supported (JAX removed it).")
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+    ) -> Any:
+        def wrapper(*args: Any) -> Any:
+            s = scope_fn(variable_groups, rng_groups)
+            if has_aux:
+                y, aux = fn(s, *args)
+            else:
+                y, aux = fn(s, *args), ()
+            return y, (aux, repack_fn(s))
+
+        (y, (aux, out_vars)), grads = pm.value_and_grad(
+            wrapper, argnums=tuple(range(len(args))), has_aux=True
+        )(*args)
+        return ((y, aux, grads) if has_aux else (y, grads)), out_vars
+
+    return pack(inner, (variables,), (variables,), (rngs,), name="value_and_grad")(
+        scope, *primals
+    )
+
+
+def custom_vjp(
+    fn: Callable[..., Any],
+    forward_fn: Callable[..., Any],
+    backward_fn: Callable[..., Any],
+    grad_vars: Any = "params",
+    nondiff_argnums: tuple[int, ...] = (),
+) -> Callable[..., Any]:
+    """A lifted ``jax.custom_vjp``.
+
+    ``forward_fn(scope, *args) -> (y, residuals)``; ``backward_fn(*nondiff_args,
+    residuals, y_cotangent) -> (variables_cotangent, *args_cotangents)`` where the first
+    entry is a ``{collection: ...}`` dict (per scope) for the ``grad_vars`` collections.
+    ``nondiff_argnums`` are positions in ``fn``'s signature (the scope being 0).
+    """
+
+    def inner(
+        scope_fn: Callable[..., Any],
+        repack_fn: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+    ) -> Any:
+        grad_variables, other_variables = variable_groups
+        treedef_cell: list[Any] = []
+
+        def f(grad_variables: Any, *args: Any) -> Any:
+            s = scope_fn((grad_variables, other_variables), rng_groups)
+            y = fn(s, *args)
+            return y, repack_fn(s)
+
+        def f_fwd(grad_variables: Any, *args: Any) -> Any:
+            s = scope_fn((grad_variables, other_variables), rng_groups)
+            treedef_cell[:] = [jax.tree.structure(s, is_leaf=_is_scope)]
+            y, res = forward_fn(s, *args)
+            return (y, repack_fn(s)), res
+
+        def f_bwd(*bwd_args: Any) -> Any:
+            nondiff, (res, g) = bwd_args[:-2], bwd_args[-2:]
+            g_y, _ = g
+            var_t, *inputs_t = backward_fn(*nondiff, res, g_y)
+            return (tuple(treedef_cell[0].flatten_up_to(var_t)), *inputs_t)
+
+        custom = jax.custom_vjp(f, nondiff_argnums=nondiff_argnums)
+        custom.defvjp(f_fwd, f_bwd)
+        return custom(grad_variables, *args)
+
+    return pack(inner, (grad_vars, True), (grad_vars, True), (True,), name="custom_vjp")
+
+
+# ----------------------------------------------------------------------------- variables
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def map_variables(
+    fn: Callable[..., Any],
+    mapped_collections: Any,
+    map_in_fn: Callable[..., Any] = _identity,
+    map_out_fn: Callable[..., Any] = _identity,
+    init: bool = False,
+    mutable: bool = False,
+    rngs: Any = True,
+    variables: Any = True,
+) -> Callable[..., Any]:
+    """Give ``fn`` a view of the ``mapped_collections`` transformed by ``map_in_fn``.
+
+    ``map_in_fn``/``map_out_fn`` take and return a ``{collection: ...}`` dict. With
+    ``init=True`` the variables are first created (when anything is mutable) by running
+    ``fn`` on the untransformed scope and mapped back with ``map_out_fn``; with
+    ``mutable=True`` updates made through the view are mapped back with ``map_out_fn``.
+    Otherwise the mapped collections are read-only inside. A tied auto-encoder maps the
+    encoder's kernel to its transpose this way.
+    """
+    target_out = mutable or init
+    mapped_filter = _filters.to_filter(mapped_collections)
+
+    def wrapper(
+        scope_fn: Callable[..., Any],
+        repack: Callable[..., Any],
+        variable_groups: Any,
+        rng_groups: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        target, rest = variable_groups
+        if init:
+            scopes = scope_fn((target, rest), rng_groups)
+            leaves = [s for s in jax.tree.leaves(scopes, is_leaf=_is_scope) if _is_scope(s)]
+            if any(not _filters.is_filter_empty(s.mutable) for s in leaves):
+                fn(scopes, *args, **kwargs)
+                target, _ = repack(scopes)
+                target = tuple(map_out_fn(x) for x in target)
+            else:
+                for s in leaves:
+                    s.invalidate()
+        target = tuple(map_in_fn(unfreeze(x)) for x in target)
+        mfilter: Any = True if target_out else pm.Not(mapped_filter)
+        scopes = scope_fn((target, rest), rng_groups, mutable_filter=mfilter)
+        y = fn(scopes, *args, **kwargs)
+        out_target, out_rest = repack(scopes)
+        if target_out:
+            out_target = tuple(map_out_fn(x) for x in out_target)
+        return y, (out_target, out_rest)
+
+    in_vars = (mapped_collections, variables)
+    out_vars = (
+        in_vars if target_out else (False, _filters.subtract(variables, mapped_collections))
+    )
+    return pack(wrapper, in_vars, out_vars, (rngs,), name="map_variables", enable_kwargs=True)
+
+
+def swap_collection(fn: Callable[..., Any], col_a: str, col_b: str) -> Callable[..., Any]:
+    """``fn`` sees collection ``col_a`` as ``col_b`` and vice versa (both mutable)."""
+
+    def swap(target: dict[str, Any]) -> dict[str, Any]:
+        a, b = target.get(col_a, {}), target.get(col_b, {})
+        target[col_b], target[col_a] = a, b
+        return target
+
+    return map_variables(fn, (col_a, col_b), swap, swap, mutable=True)

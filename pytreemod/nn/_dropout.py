@@ -1,0 +1,64 @@
+"""``Dropout``."""
+
+from collections.abc import Sequence
+
+import jax
+from jaxtyping import Shaped
+
+from .._errors import LayerConfigError
+from .._module import Module, field
+from . import _ops_dropout as F
+from ._shapecheck import AnyArray
+
+
+class Dropout(Module, typecheck=True):
+    """Randomly zero entries in training, rescaling the rest by ``1 / (1 - rate)``.
+
+    **Arguments:**
+
+    - ``rate``: probability of dropping an entry (default ``0.5``).
+    - ``broadcast_dims``: axes along which the same entries are dropped (default none).
+    - ``deterministic``: the default mode of calls; ``True`` returns the input as it is
+      (evaluation). Default ``False`` (training).
+
+    A training call needs ``key=`` (randomness is explicit: no hidden state);
+    ``deterministic=`` at call time overrides the field. No parameters.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> drop = pm.nn.Dropout(0.5)
+    >>> x = jnp.ones((4, 8))                            # (*shape)
+    >>> y = drop(x, key=jax.random.key(0))              # (*shape), entries 0 or 2
+    >>> sorted(set(y.ravel().tolist()))
+    [0.0, 2.0]
+    >>> bool((drop(x, deterministic=True) == x).all())  # evaluation
+    True
+    """
+
+    rate: float = field(static=True, default=0.5)
+    broadcast_dims: tuple[int, ...] = field(static=True, default=())
+    deterministic: bool = field(static=True, default=False)
+
+    def __init__(
+        self, rate: float = 0.5, *, broadcast_dims: Sequence[int] = (), deterministic: bool = False
+    ):
+        F.check_rate(rate, "Dropout")
+        self.rate = float(rate)
+        self.broadcast_dims = tuple(broadcast_dims)
+        self.deterministic = deterministic
+
+    def __call__(
+        self,
+        x: Shaped[AnyArray, "*shape"],
+        *,
+        key: jax.Array | None = None,
+        deterministic: bool | None = None,
+    ) -> Shaped[jax.Array, "*shape"]:
+        """Drop entries of ``x`` using ``key`` (training) or return ``x`` (deterministic)."""
+        det = self.deterministic if deterministic is None else deterministic
+        if not det and self.rate > 0.0 and key is None:
+            raise LayerConfigError(
+                f"Dropout(rate={self.rate}) in training mode needs a PRNG key: call "
+                "dropout(x, key=key), or pass deterministic=True in evaluation."
+            )
+        return F.dropout(x, self.rate, key, broadcast_dims=self.broadcast_dims, deterministic=det)

@@ -1,0 +1,74 @@
+"""``Embedding``."""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Float, Integer
+
+from .._module import Module, field
+from .._variables import Param
+from . import _ops_linear as F
+from ._init import Initializer, default_embed_init
+from ._ops_common import var_value
+from ._shapecheck import AnyArray
+
+
+class Embedding(Module, typecheck=True):
+    """A table of ``num_embeddings`` vectors of size ``features``, indexed by integers
+    (Flax ``Embed``).
+
+    **Arguments:**
+
+    - ``num_embeddings``: vocabulary size; ``features``: vector size.
+    - ``dtype``: dtype of the looked-up vectors / of ``attend``'s computation (default
+      ``None``: the table's); ``param_dtype``: default ``float32``.
+    - ``embedding_init``: default ``variance_scaling(1.0, "fan_in", "normal",
+      out_axis=0)`` (Flax's Embed default: standard deviation ``1/sqrt(features)``).
+    - ``key``: PRNG key (keyword-only).
+
+    **Parameters:** ``embedding`` ``(num_embeddings, features)`` (``params``).
+
+    ``attend(x)`` computes ``x @ embedding.T``: output logits that share the table (tied
+    input and output embeddings).
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> emb = pm.nn.Embedding(100, 16, key=jax.random.key(0))
+    >>> ids = jnp.array([[1, 2, 3]])  # (*batch) integers in [0, 100)
+    >>> h = emb(ids)                  # (*batch, features)
+    >>> h.shape
+    (1, 3, 16)
+    >>> emb.attend(h).shape           # (*batch, num_embeddings): tied output projection
+    (1, 3, 100)
+    """
+
+    embedding: Param[jax.Array]
+    num_embeddings: int = field(static=True)
+    features: int = field(static=True)
+    dtype: Any = field(static=True, default=None, repr=False)
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        features: int,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        embedding_init: Initializer = default_embed_init,
+        key: jax.Array,
+    ):
+        self.embedding = Param(embedding_init(key, (num_embeddings, features), param_dtype))
+        self.num_embeddings = num_embeddings
+        self.features = features
+        self.dtype = dtype
+
+    def __call__(self, ids: Integer[AnyArray, "*batch"]) -> Float[jax.Array, "*batch features"]:
+        """Look up the vectors of integer ``ids``: output ``(*ids.shape, features)``."""
+        return F.embed(ids, var_value(self.embedding), dtype=self.dtype)
+
+    def attend(
+        self, query: Float[AnyArray, "*batch features"]
+    ) -> Float[jax.Array, "*batch num_embeddings"]:
+        """Dot products of ``query`` with every embedding: ``(*batch, num_embeddings)``."""
+        return F.attend(query, var_value(self.embedding), dtype=self.dtype)

@@ -1,0 +1,53 @@
+"""Initializers: ``jax.nn.initializers``, and the layer defaults Flax Linen publishes.
+
+Every initializer is a function ``init(key, shape, dtype) -> array``. Wrap one with
+``pytreemod.with_partitioning(init, names)`` to box the parameter with axis names.
+
+| layer parameter                      | default                                          |
+|--------------------------------------|--------------------------------------------------|
+| Linear / Conv / attention kernels    | ``lecun_normal()`` (``default_kernel_init``)     |
+| biases                               | ``zeros`` (``default_bias_init``)                |
+| Embedding table                      | ``variance_scaling(1.0, "fan_in", "normal",
+                                          out_axis=0)`` (``default_embed_init``)         |
+| norm scale / bias                    | ``ones`` / ``zeros``                             |
+"""
+
+from typing import Any, Protocol
+
+from jax.nn import initializers as _jinit
+from jax.nn.initializers import constant as constant
+from jax.nn.initializers import delta_orthogonal as delta_orthogonal
+from jax.nn.initializers import glorot_normal as glorot_normal
+from jax.nn.initializers import glorot_uniform as glorot_uniform
+from jax.nn.initializers import he_normal as he_normal
+from jax.nn.initializers import he_uniform as he_uniform
+from jax.nn.initializers import kaiming_normal as kaiming_normal
+from jax.nn.initializers import kaiming_uniform as kaiming_uniform
+from jax.nn.initializers import lecun_normal as lecun_normal
+from jax.nn.initializers import lecun_uniform as lecun_uniform
+from jax.nn.initializers import normal as normal
+from jax.nn.initializers import ones as ones
+from jax.nn.initializers import orthogonal as orthogonal
+from jax.nn.initializers import truncated_normal as truncated_normal
+from jax.nn.initializers import uniform as uniform
+from jax.nn.initializers import variance_scaling as variance_scaling
+from jax.nn.initializers import xavier_normal as xavier_normal
+from jax.nn.initializers import xavier_uniform as xavier_uniform
+from jax.nn.initializers import zeros as zeros
+
+
+class Initializer(Protocol):
+    """``init(key, shape, dtype) -> array``, as ``jax.nn.initializers`` functions are."""
+
+    def __call__(self, key: Any, shape: Any, dtype: Any = ..., /) -> Any: ...
+
+
+default_kernel_init: Initializer = _jinit.lecun_normal()
+"""``lecun_normal()``: Flax's default for Dense, Conv, ConvTranspose and attention kernels."""
+
+default_bias_init: Initializer = _jinit.zeros
+"""``zeros``: Flax's default for every bias."""
+
+default_embed_init: Initializer = _jinit.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
+"""``variance_scaling(1.0, "fan_in", "normal", out_axis=0)``: Flax's ``Embed`` default
+(standard deviation 1 / sqrt(features))."""

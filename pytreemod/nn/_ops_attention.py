@@ -1,0 +1,256 @@
+"""Scaled dot-product attention, attention masks, and the decoding-cache update.
+
+The default implementation is Flax's formulation (scale the query, one einsum for the
+logits, ``where`` for the mask, softmax, one einsum for the values): on CPU its compiled
+forward+backward step is ~15-20% faster than ``jax.nn.dot_product_attention``'s XLA path
+for a (16, 128, 4, 64) self-attention. ``implementation="xla"``/``"cudnn"`` calls
+``jax.nn.dot_product_attention`` (cuDNN flash attention on GPUs).
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Float, Integer, Shaped
+
+from .._errors import LayerConfigError
+from ._ops_common import promote_dtype
+from ._ops_dropout import check_rate
+from ._shapecheck import AnyArray, checked
+
+
+def _to_rank(x: jax.Array | None, ndim: int) -> jax.Array | None:
+    if x is None or x.ndim >= ndim:
+        return x
+    return jnp.reshape(x, (1,) * (ndim - x.ndim) + x.shape)
+
+
+def _weights(
+    query: jax.Array,
+    key: jax.Array,
+    bias: jax.Array | None,
+    mask: jax.Array | None,
+    dropout_rate: float,
+    dropout_key: jax.Array | None,
+    broadcast_dropout: bool,
+    deterministic: bool,
+    precision: Any,
+) -> jax.Array:
+    dtype = query.dtype
+    depth = query.shape[-1]
+    query = query / jnp.sqrt(jnp.asarray(depth, dtype))
+    weights = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    if bias is not None:
+        weights = weights + jnp.asarray(_to_rank(bias, weights.ndim), dtype)
+    if mask is not None:
+        mask = _to_rank(jnp.asarray(mask, bool), weights.ndim)
+        weights = jnp.where(mask, weights, jnp.finfo(dtype).min)
+    weights = jax.nn.softmax(weights).astype(dtype)
+    if not deterministic and dropout_rate > 0.0:
+        check_rate(dropout_rate, "attention dropout")
+        if dropout_key is None:
+            raise LayerConfigError(
+                "attention dropout with dropout_rate > 0 in training mode needs a PRNG key: "
+                "pass key=... (or deterministic=True for evaluation)."
+            )
+        keep_prob = 1.0 - dropout_rate
+        if broadcast_dropout:  # the same mask for every batch entry and head
+            shape = (1,) * (weights.ndim - 2) + weights.shape[-2:]
+        else:
+            shape = weights.shape
+        keep = jax.random.bernoulli(dropout_key, keep_prob, shape)
+        weights = weights * (keep.astype(dtype) / jnp.asarray(keep_prob, dtype))
+    return weights
+
+
+@checked
+def dot_product_attention_weights(
+    query: Float[AnyArray, "*batch q_len heads head_dim"],
+    key: Float[AnyArray, "*batch kv_len heads head_dim"],
+    bias: Float[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
+    mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_key: jax.Array | None = None,
+    broadcast_dropout: bool = True,
+    deterministic: bool = True,
+    dtype: Any = None,
+    precision: Any = None,
+) -> Float[jax.Array, "*batch heads q_len kv_len"]:
+    """Attention weights ``softmax(q k^T / sqrt(head_dim) + bias)``, masked where ``mask``
+    is false, with optional dropout on the weights (Flax's function of the same name).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.dot_product_attention_weights(jnp.ones((2, 5, 4, 8)), jnp.ones((2, 7, 4, 8))).shape
+    (2, 4, 5, 7)
+    """
+    query, key = promote_dtype(query, key, dtype=dtype)
+    return _weights(
+        query, key, bias, mask, dropout_rate, dropout_key, broadcast_dropout, deterministic,
+        precision,
+    )
+
+
+@checked
+def dot_product_attention(
+    query: Float[AnyArray, "*batch q_len heads head_dim"],
+    key: Float[AnyArray, "*batch kv_len heads head_dim"],
+    value: Float[AnyArray, "*batch kv_len heads v_head_dim"],
+    bias: Float[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
+    mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_key: jax.Array | None = None,
+    broadcast_dropout: bool = True,
+    deterministic: bool = True,
+    dtype: Any = None,
+    precision: Any = None,
+    implementation: str | None = None,
+) -> Float[jax.Array, "*batch q_len heads v_head_dim"]:
+    """Multi-head scaled dot-product attention (Flax ``dot_product_attention``).
+
+    **Arguments:**
+
+    - ``query`` ``(*batch, q_len, heads, head_dim)``, ``key`` ``(*batch, kv_len, heads,
+      head_dim)``, ``value`` ``(*batch, kv_len, heads, v_head_dim)``.
+    - ``bias``: added to the logits, broadcastable to ``(*batch, heads, q_len, kv_len)``.
+    - ``mask``: where false (or 0), a query does not attend to a key; broadcastable to the
+      same shape (``make_causal_mask``, ``make_attention_mask``).
+    - ``dropout_rate``, ``dropout_key``, ``broadcast_dropout``, ``deterministic``: dropout
+      on the attention weights (off unless ``deterministic=False`` and a rate > 0).
+    - ``implementation``: ``None`` (the formulation above) or ``"xla"``/``"cudnn"`` to call
+      ``jax.nn.dot_product_attention`` (no dropout; one batch axis or none).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> q = jnp.ones((2, 5, 4, 8))
+    >>> F.dot_product_attention(q, q, q, mask=F.make_causal_mask(jnp.ones((2, 5)))).shape
+    (2, 5, 4, 8)
+    """
+    query, key, value = promote_dtype(query, key, value, dtype=dtype)
+    if implementation is not None:
+        if not deterministic and dropout_rate > 0.0:
+            raise LayerConfigError(
+                f"implementation={implementation!r} has no attention dropout; use "
+                "implementation=None for dropout_rate > 0 in training."
+            )
+        ndim = query.ndim + 1
+        return jax.nn.dot_product_attention(
+            query,
+            key,
+            value,
+            bias=_to_rank(bias, ndim),
+            mask=None if mask is None else _to_rank(jnp.asarray(mask, bool), ndim),
+            implementation=implementation,  # type: ignore[arg-type]
+        )
+    weights = _weights(
+        query, key, bias, mask, dropout_rate, dropout_key, broadcast_dropout, deterministic,
+        precision,
+    )
+    return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+
+
+def make_attention_mask(
+    query_input: jax.Array,
+    key_input: jax.Array,
+    pairwise_fn: Callable[[jax.Array, jax.Array], jax.Array] = jnp.multiply,
+    extra_batch_dims: int = 0,
+    dtype: Any = bool,
+) -> jax.Array:
+    """A ``(*batch, 1, q_len, kv_len)`` mask from ``(*batch, q_len)`` and ``(*batch,
+    kv_len)`` inputs: ``pairwise_fn(query_input[..., :, None], key_input[..., None, :])``.
+
+    A padding mask is ``make_attention_mask(tokens != pad, tokens != pad)``. The dtype is
+    ``bool`` (Flax's default is float32; both work as masks).
+
+    >>> import jax.numpy as jnp
+    >>> valid = jnp.array([[True, True, False]])
+    >>> make_attention_mask(valid, valid).shape
+    (1, 1, 3, 3)
+    """
+    mask = pairwise_fn(jnp.expand_dims(query_input, -1), jnp.expand_dims(key_input, -2))
+    mask = jnp.expand_dims(mask, -3)
+    mask = jnp.expand_dims(mask, tuple(range(extra_batch_dims)))
+    return mask.astype(dtype)
+
+
+def make_causal_mask(x: jax.Array, extra_batch_dims: int = 0, dtype: Any = bool) -> jax.Array:
+    """A ``(*batch, 1, len, len)`` mask letting position ``i`` attend to ``j <= i``, for a
+    ``(*batch, len)`` input (only its shape is used).
+
+    >>> import jax.numpy as jnp
+    >>> make_causal_mask(jnp.ones((1, 3)))[0, 0].astype(int).tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+    idx = jnp.broadcast_to(jnp.arange(x.shape[-1], dtype=jnp.int32), x.shape)
+    return make_attention_mask(idx, idx, jnp.greater_equal, extra_batch_dims, dtype)
+
+
+def combine_masks(*masks: jax.Array | None, dtype: Any = bool) -> jax.Array | None:
+    """Logical AND of the masks that are not ``None`` (``None`` if all are).
+
+    >>> import jax.numpy as jnp
+    >>> combine_masks(jnp.array([True, True]), None, jnp.array([True, False])).tolist()
+    [True, False]
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    ndim = max(m.ndim for m in present)
+    mask = jnp.asarray(_to_rank(present[0], ndim), bool)
+    for other in present[1:]:
+        mask = jnp.logical_and(mask, jnp.asarray(_to_rank(other, ndim), bool))
+    return mask.astype(dtype)
+
+
+@checked
+def update_kv_cache(
+    cached_key: Float[AnyArray, "*batch max_len heads head_dim"],
+    cached_value: Float[AnyArray, "*batch max_len heads v_head_dim"],
+    index: Integer[AnyArray, ""],
+    key: Float[AnyArray, "*batch steps heads head_dim"],
+    value: Float[AnyArray, "*batch steps heads v_head_dim"],
+) -> tuple[
+    Float[jax.Array, "*batch max_len heads head_dim"],
+    Float[jax.Array, "*batch max_len heads v_head_dim"],
+    Integer[jax.Array, ""],
+    Shaped[jax.Array, "*#batch 1 steps max_len"],
+]:
+    """Write ``steps`` new keys/values at ``index`` of a decoding cache.
+
+    Returns the new cache, ``index + steps``, and the mask (``(*1, 1, steps, max_len)``)
+    letting the new query ``i`` attend to cached positions ``j <= index + i``: causal
+    attention over everything decoded so far. ``index + steps`` must not exceed
+    ``max_len`` (checked when ``index`` is concrete; under ``jit`` it cannot be).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> k = jnp.zeros((1, 4, 2, 8))
+    >>> k2, v2, i2, mask = F.update_kv_cache(k, k, jnp.array(0), jnp.ones((1, 1, 2, 8)),
+    ...                                      jnp.ones((1, 1, 2, 8)))
+    >>> int(i2), mask.astype(int).ravel().tolist()
+    (1, [1, 0, 0, 0])
+    """
+    steps, max_len = key.shape[-3], cached_key.shape[-3]
+    try:
+        start = int(index)
+    except (jax.errors.ConcretizationTypeError, TypeError):
+        start = None
+    if start is not None and start + steps > max_len:
+        raise LayerConfigError(
+            f"The decoding cache is full: writing {steps} step(s) at position {start} "
+            f"exceeds its max_len={max_len}. Build it with a larger init_cache(max_len=...)."
+        )
+    index = jnp.asarray(index, jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
+    starts = (zero,) * (key.ndim - 3) + (index, zero, zero)
+    key, value = jnp.asarray(key, cached_key.dtype), jnp.asarray(value, cached_value.dtype)
+    new_key = lax.dynamic_update_slice(cached_key, key, starts)
+    new_value = lax.dynamic_update_slice(cached_value, value, starts)
+    query_pos = index + jnp.arange(steps, dtype=jnp.int32)
+    mask = jnp.arange(max_len, dtype=jnp.int32)[None, :] <= query_pos[:, None]
+    mask = jnp.reshape(mask, (1,) * (key.ndim - 3) + (1, steps, max_len))
+    return new_key, new_value, index + steps, mask

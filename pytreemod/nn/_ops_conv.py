@@ -1,0 +1,249 @@
+"""Convolutions, channels-last, with Flax's kernel layout ``(*kernel_size, in, out)``."""
+
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Float
+
+from .._errors import LayerConfigError
+from ._ops_common import as_tuple, promote_dtype
+from ._shapecheck import AnyArray, checked, fail, summary
+
+PaddingLike: TypeAlias = str | int | Sequence[int | tuple[int, int]]
+"""``"SAME"``, ``"VALID"``, ``"CIRCULAR"``, ``"REFLECT"``, ``"CAUSAL"`` (1-D), an int
+(same padding on both sides of every spatial axis) or one int or ``(low, high)`` pair per
+spatial axis."""
+
+_STRING_PADDINGS = ("SAME", "SAME_LOWER", "VALID", "CIRCULAR", "REFLECT", "CAUSAL")
+
+
+def canonicalize_padding(padding: PaddingLike, rank: int) -> str | list[tuple[int, int]]:
+    """Padding as ``lax`` takes it: a mode string or ``rank`` ``(low, high)`` pairs.
+
+    >>> canonicalize_padding(1, 2)
+    [(1, 1), (1, 1)]
+    >>> canonicalize_padding([(0, 1), 2], 2)
+    [(0, 1), (2, 2)]
+    """
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode not in _STRING_PADDINGS:
+            raise LayerConfigError(
+                f"Unknown padding {padding!r}; use one of {', '.join(_STRING_PADDINGS)}, an "
+                "int, or one int or (low, high) pair per spatial dimension."
+            )
+        return mode
+    if isinstance(padding, int):
+        return [(padding, padding)] * rank
+    pads = list(padding)
+    out: list[tuple[int, int]] = []
+    for p in pads:
+        if isinstance(p, int):
+            out.append((p, p))
+        elif isinstance(p, Sequence) and len(p) == 2:
+            out.append((int(p[0]), int(p[1])))
+        else:
+            break
+    if len(out) != rank or len(pads) != rank:
+        raise LayerConfigError(
+            f"Invalid padding {padding!r} for {rank} spatial dimension(s): give a mode string, "
+            f"an int, or {rank} entries that are each an int or a (low, high) pair."
+        )
+    return out
+
+
+def _flatten_batch(x: jax.Array, num_spatial: int) -> tuple[jax.Array, tuple[int, ...] | None]:
+    """Make exactly one leading batch axis (added or merged); return how to undo it."""
+    num_batch = x.ndim - (num_spatial + 1)
+    if num_batch == 1:
+        return x, None
+    batch_shape = x.shape[:num_batch]
+    return jnp.reshape(x, (-1, *x.shape[num_batch:])), batch_shape
+
+
+def _restore_batch(y: jax.Array, batch_shape: tuple[int, ...] | None) -> jax.Array:
+    if batch_shape is None:
+        return y
+    return jnp.reshape(y, (*batch_shape, *y.shape[1:]))
+
+
+def _dimension_numbers(ndim: int) -> lax.ConvDimensionNumbers:
+    lhs = (0, ndim - 1, *range(1, ndim - 1))
+    rhs = (ndim - 1, ndim - 2, *range(0, ndim - 2))
+    return lax.ConvDimensionNumbers(lhs, rhs, lhs)
+
+
+def _check_spatial_rank(op: str, x: Any, kernel: Any) -> int:
+    num_spatial = kernel.ndim - 2
+    if num_spatial < 1:
+        fail(op, f"kernel {summary(kernel)} needs at least 3 axes (*kernel_size, in, out)")
+    if x.ndim < num_spatial + 1:
+        fail(
+            op,
+            f"x {summary(x)} has {x.ndim} axes but a {num_spatial}-D convolution needs at "
+            f"least {num_spatial + 1} (*batch, {num_spatial} spatial, in_features)",
+        )
+    return num_spatial
+
+
+@checked
+def conv(
+    x: Float[AnyArray, "*batch_and_spatial in_features"],
+    kernel: Float[AnyArray, "*kernel_size in_per_group out_features"],
+    bias: Float[AnyArray, " out_features"] | None = None,
+    *,
+    strides: int | Sequence[int] = 1,
+    padding: PaddingLike = "SAME",
+    input_dilation: int | Sequence[int] = 1,
+    kernel_dilation: int | Sequence[int] = 1,
+    feature_group_count: int = 1,
+    dtype: Any = None,
+    precision: Any = None,
+) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
+    """N-D convolution (Flax ``Conv``'s math); N is ``kernel.ndim - 2``.
+
+    **Arguments:**
+
+    - ``x``: ``(*batch, *spatial, in_features)``, channels last; any number of batch axes
+      (none, one, several).
+    - ``kernel``: ``(*kernel_size, in_features // feature_group_count, out_features)``.
+    - ``bias``: ``(out_features,)`` or ``None``.
+    - ``strides``, ``input_dilation``, ``kernel_dilation``: an int or one per spatial axis.
+    - ``padding``: see ``PaddingLike``; ``"CIRCULAR"`` wraps around (periodic),
+      ``"REFLECT"`` mirrors, ``"CAUSAL"`` left-pads a 1-D convolution.
+    - ``feature_group_count``: split channels into groups (depthwise: ``in_features``).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.conv(jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 16)), strides=2).shape
+    (2, 4, 4, 16)
+    """
+    num_spatial = _check_spatial_rank("conv", x, kernel)
+    in_features = x.shape[-1]
+    if in_features != kernel.shape[-2] * feature_group_count:
+        fail(
+            "conv",
+            f"dimension 'in_features' does not agree: x {summary(x)} has {in_features} "
+            f"channels but kernel {summary(kernel)} takes {kernel.shape[-2]} per group x "
+            f"feature_group_count={feature_group_count} = "
+            f"{kernel.shape[-2] * feature_group_count}",
+        )
+    if kernel.shape[-1] % feature_group_count:
+        raise LayerConfigError(
+            f"conv: out_features={kernel.shape[-1]} is not divisible by "
+            f"feature_group_count={feature_group_count}."
+        )
+    kernel_size = kernel.shape[:num_spatial]
+    strides_ = as_tuple(strides, num_spatial, "strides")
+    in_dil = as_tuple(input_dilation, num_spatial, "input_dilation")
+    k_dil = as_tuple(kernel_dilation, num_spatial, "kernel_dilation")
+    x, batch_shape = _flatten_batch(x, num_spatial)
+    pad = canonicalize_padding(padding, num_spatial)
+    if pad in ("CIRCULAR", "REFLECT"):
+        dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, k_dil)]
+        pads = [(0, 0), *[((k - 1) // 2, k // 2) for k in dilated], (0, 0)]
+        x = jnp.pad(x, pads, mode="wrap" if pad == "CIRCULAR" else "reflect")
+        pad = "VALID"
+    elif pad == "CAUSAL":
+        if num_spatial != 1:
+            raise LayerConfigError(
+                f"padding='CAUSAL' is only defined for 1-D convolutions; this one has "
+                f"{num_spatial} spatial dimensions."
+            )
+        x = jnp.pad(x, [(0, 0), (k_dil[0] * (kernel_size[0] - 1), 0), (0, 0)])
+        pad = "VALID"
+    x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
+    y = lax.conv_general_dilated(
+        x,
+        kernel,
+        strides_,
+        pad,
+        lhs_dilation=in_dil,
+        rhs_dilation=k_dil,
+        dimension_numbers=_dimension_numbers(x.ndim),
+        feature_group_count=feature_group_count,
+        precision=precision,
+    )
+    if bias is not None:
+        y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+    return _restore_batch(y, batch_shape)
+
+
+@checked
+def conv_transpose(
+    x: Float[AnyArray, "*batch_and_spatial in_features"],
+    kernel: Float[AnyArray, "*kernel_size kernel_in kernel_out"],
+    bias: Float[AnyArray, " out_features"] | None = None,
+    *,
+    strides: int | Sequence[int] = 1,
+    padding: PaddingLike = "SAME",
+    kernel_dilation: int | Sequence[int] = 1,
+    transpose_kernel: bool = False,
+    dtype: Any = None,
+    precision: Any = None,
+) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
+    """Transposed convolution (Flax ``ConvTranspose``'s math, ``lax.conv_transpose``).
+
+    ``kernel`` is ``(*kernel_size, in_features, out_features)``, or with
+    ``transpose_kernel=True`` ``(*kernel_size, out_features, in_features)`` (then the
+    kernel of a ``conv`` gives its gradient-transpose). ``padding="CIRCULAR"`` wraps the
+    output periodically, as Flax does.
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.conv_transpose(jnp.ones((1, 8, 3)), jnp.ones((3, 3, 4)), padding="VALID").shape
+    (1, 10, 4)
+    """
+    num_spatial = _check_spatial_rank("conv_transpose", x, kernel)
+    k_in = kernel.shape[-1] if transpose_kernel else kernel.shape[-2]
+    if x.shape[-1] != k_in:
+        axis = "-1 (transpose_kernel=True)" if transpose_kernel else "-2"
+        fail(
+            "conv_transpose",
+            f"dimension 'in_features' does not agree: x {summary(x)} has {x.shape[-1]} "
+            f"channels but kernel {summary(kernel)} has {k_in} at axis {axis}",
+        )
+    strides_ = as_tuple(strides, num_spatial, "strides")
+    k_dil = as_tuple(kernel_dilation, num_spatial, "kernel_dilation")
+    x, batch_shape = _flatten_batch(x, num_spatial)
+    pad = canonicalize_padding(padding, num_spatial)
+    circular = pad == "CIRCULAR"
+    if circular:
+        pad = "VALID"
+    elif pad in ("REFLECT", "CAUSAL"):
+        raise LayerConfigError(f"conv_transpose does not support padding={padding!r}.")
+    x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
+    y = lax.conv_transpose(
+        x,
+        kernel,
+        strides_,
+        pad,
+        rhs_dilation=k_dil,
+        transpose_kernel=transpose_kernel,
+        precision=precision,
+    )
+    if circular:
+        y = _wrap_periodic(y, x.shape[1:-1], strides_, transpose_kernel)
+    if bias is not None:
+        y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+    return _restore_batch(y, batch_shape)
+
+
+def _wrap_periodic(
+    y: jax.Array, in_spatial: Sequence[int], strides: Sequence[int], transpose_kernel: bool
+) -> jax.Array:
+    # Pad each spatial axis to a whole number of periods (input size x stride), aligned so
+    # the input starts at a period boundary, then fold the periods onto each other.
+    periods = [n * s for n, s in zip(in_spatial, strides)]
+    diffs = [-(size - p) % (2 * p) for size, p in zip(y.shape[1:-1], periods)]
+    if transpose_kernel:
+        pads = [(d // 2, (d + 1) // 2) for d in diffs]
+    else:
+        pads = [((d + 1) // 2, d // 2) for d in diffs]
+    y = jnp.pad(y, [(0, 0), *pads, (0, 0)])
+    for i in range(1, y.ndim - 1):
+        y = y.reshape(*y.shape[:i], -1, periods[i - 1], *y.shape[i + 1 :]).sum(axis=i)
+    return y

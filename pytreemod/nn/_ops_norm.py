@@ -1,0 +1,394 @@
+"""Normalisation: statistics in one pass, in float32, and the affine normalisation.
+
+The numerics and the backward-pass cost follow Flax Linen's ``_compute_stats`` and
+``_normalize``: mean and mean of squares in one fusion, ``var = max(0, E[x^2] - E[x]^2)``
+(at least float32), and ``y = (x - mean) * (rsqrt(var + eps) * scale) + bias``, where the
+``(features,)``-sized product is formed before it touches the full-size array.
+"""
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Bool, Float
+
+from .._errors import LayerConfigError
+from ._ops_common import canonicalize_axes
+from ._shapecheck import AnyArray, checked, fail, summary
+
+Axes = int | Sequence[int]
+
+
+def _mean(
+    xs: Sequence[jax.Array],
+    axes: tuple[int, ...],
+    axis_name: Any,
+    axis_index_groups: Any,
+    mask: jax.Array | None,
+) -> list[jax.Array]:
+    where = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), xs[0].shape)
+    mus = [x.mean(axes, where=where) for x in xs]
+    if axis_name is None:
+        return mus
+    if len(mus) == 1:
+        return [lax.pmean(mus[0], axis_name, axis_index_groups=axis_index_groups)]
+    # One collective for both statistics.
+    stacked = lax.pmean(jnp.stack(mus), axis_name, axis_index_groups=axis_index_groups)
+    return [stacked[i] for i in range(len(mus))]
+
+
+def compute_stats(
+    x: jax.Array,
+    axes: Axes,
+    *,
+    use_mean: bool = True,
+    use_fast_variance: bool = True,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    mask: jax.Array | None = None,
+    dtype: Any = None,
+) -> tuple[jax.Array | None, jax.Array]:
+    """Mean and variance of ``x`` over ``axes``, in at least float32.
+
+    **Arguments:**
+
+    - ``use_mean``: ``False`` gives ``(None, mean(x**2))`` (RMSNorm).
+    - ``use_fast_variance``: ``E[x^2] - E[x]^2`` (clipped at 0) in one pass, as Flax's
+      default; ``False`` uses ``E[(x - E[x])^2]``.
+    - ``axis_name``, ``axis_index_groups``: average the statistics over a named mapped
+      axis (``vmap``/``shard_map``) with one ``lax.pmean``.
+    - ``mask``: only positions where it is true count.
+    - ``dtype``: minimum dtype of the statistics (always at least float32).
+
+    >>> import jax.numpy as jnp
+    >>> mean, var = compute_stats(jnp.array([[1.0, 3.0]]), -1)
+    >>> mean.tolist(), var.tolist()
+    ([2.0], [1.0])
+    """
+    stat_dtype = jnp.promote_types(dtype or x.dtype, jnp.float32)
+    x = jnp.asarray(x, stat_dtype)
+    axes_ = canonicalize_axes(x.ndim, axes)
+    if not use_mean:
+        (var,) = _mean([lax.square(x)], axes_, axis_name, axis_index_groups, mask)
+        return None, var
+    if use_fast_variance:
+        mu, mu2 = _mean([x, lax.square(x)], axes_, axis_name, axis_index_groups, mask)
+        return mu, jnp.maximum(0.0, mu2 - lax.square(mu))
+    (mu,) = _mean([x], axes_, axis_name, axis_index_groups, mask)
+    centred = lax.square(x - jnp.expand_dims(mu, axes_))
+    (var,) = _mean([centred], axes_, axis_name, axis_index_groups, mask)
+    return mu, var
+
+
+def _out_dtype(dtype: Any, *arrays: Any) -> Any:
+    if dtype is not None:
+        return dtype
+    with jax.numpy_dtype_promotion("standard"):
+        out = jnp.result_type(*[a for a in arrays if a is not None])
+    return out if jnp.issubdtype(out, jnp.inexact) else jnp.promote_types(out, jnp.float32)
+
+
+def normalize(
+    x: jax.Array,
+    mean: jax.Array | None,
+    var: jax.Array,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
+    *,
+    reduction_axes: Axes,
+    feature_axes: Axes,
+    epsilon: float,
+    dtype: Any = None,
+) -> jax.Array:
+    """``(x - mean) * (rsqrt(var + epsilon) * scale) + bias`` with statistics over
+    ``reduction_axes`` and ``scale``/``bias`` over ``feature_axes`` (Flax's ``_normalize``).
+
+    ``mean``/``var`` have the reduction axes removed; ``mean=None`` skips centring
+    (RMSNorm). The output has ``dtype``, default the common dtype of ``x``, ``scale`` and
+    ``bias``.
+    """
+    out_dtype = _out_dtype(dtype, x, scale, bias)
+    red = canonicalize_axes(x.ndim, reduction_axes)
+    feat = canonicalize_axes(x.ndim, feature_axes)
+    feature_shape = [1] * x.ndim
+    for ax in feat:
+        feature_shape[ax] = x.shape[ax]
+    y = jnp.asarray(x, var.dtype)
+    if mean is not None:
+        y = y - jnp.expand_dims(mean, red)
+    mul = lax.rsqrt(jnp.expand_dims(var, red) + epsilon)
+    if scale is not None:
+        mul = mul * jnp.asarray(scale, var.dtype).reshape(feature_shape)
+    y = y * mul
+    if bias is not None:
+        y = y + jnp.asarray(bias, var.dtype).reshape(feature_shape)
+    return jnp.asarray(y, out_dtype)
+
+
+def _check_param(op: str, name: str, param: Any, x: Any, feature_axes: Axes) -> None:
+    if param is None:
+        return
+    feat = canonicalize_axes(x.ndim, feature_axes)
+    expected = tuple(x.shape[a] for a in feat)
+    if tuple(param.shape) != expected:
+        axes = feat[0] if len(feat) == 1 else feat
+        fail(
+            op,
+            f"dimension 'features' does not agree: {name} is {summary(param)} but x "
+            f"{summary(x)} has {expected} at feature axes {axes}",
+        )
+
+
+@checked
+def layer_norm(
+    x: Float[AnyArray, "*batch features"],
+    scale: Float[AnyArray, "..."] | None = None,
+    bias: Float[AnyArray, "..."] | None = None,
+    *,
+    epsilon: float = 1e-6,
+    reduction_axes: Axes = -1,
+    feature_axes: Axes = -1,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    use_fast_variance: bool = True,
+    mask: Bool[AnyArray, "..."] | None = None,
+    dtype: Any = None,
+) -> Float[jax.Array, "*batch features"]:
+    """Layer normalisation (Flax ``LayerNorm``'s math and defaults).
+
+    ``scale`` and ``bias`` have the shape of ``x`` at ``feature_axes`` (by default the last
+    axis: ``(features,)``); statistics are taken over ``reduction_axes`` (default last).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> y = F.layer_norm(jnp.array([[1.0, 2.0, 3.0]]), jnp.ones(3), jnp.zeros(3))
+    >>> y.shape, round(float(y.mean()), 6)
+    ((1, 3), 0.0)
+    """
+    _check_param("layer_norm", "scale", scale, x, feature_axes)
+    _check_param("layer_norm", "bias", bias, x, feature_axes)
+    mean, var = compute_stats(
+        x,
+        reduction_axes,
+        use_fast_variance=use_fast_variance,
+        axis_name=axis_name,
+        axis_index_groups=axis_index_groups,
+        mask=mask,
+    )
+    return normalize(
+        x,
+        mean,
+        var,
+        scale,
+        bias,
+        reduction_axes=reduction_axes,
+        feature_axes=feature_axes,
+        epsilon=epsilon,
+        dtype=dtype,
+    )
+
+
+@checked
+def rms_norm(
+    x: Float[AnyArray, "*batch features"],
+    scale: Float[AnyArray, "..."] | None = None,
+    *,
+    epsilon: float = 1e-6,
+    reduction_axes: Axes = -1,
+    feature_axes: Axes = -1,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    mask: Bool[AnyArray, "..."] | None = None,
+    dtype: Any = None,
+) -> Float[jax.Array, "*batch features"]:
+    """Root-mean-square normalisation ``x * rsqrt(mean(x**2) + eps) * scale`` (Flax
+    ``RMSNorm``; no centring, no bias).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.rms_norm(jnp.array([[3.0, 4.0]]), epsilon=0.0).round(4).tolist()
+    [[0.8485, 1.1314]]
+    """
+    _check_param("rms_norm", "scale", scale, x, feature_axes)
+    _, var = compute_stats(
+        x,
+        reduction_axes,
+        use_mean=False,
+        axis_name=axis_name,
+        axis_index_groups=axis_index_groups,
+        mask=mask,
+    )
+    return normalize(
+        x,
+        None,
+        var,
+        scale,
+        None,
+        reduction_axes=reduction_axes,
+        feature_axes=feature_axes,
+        epsilon=epsilon,
+        dtype=dtype,
+    )
+
+
+def group_norm_groups(channels: int, num_groups: int | None, group_size: int | None) -> int:
+    """The number of groups given exactly one of ``num_groups``/``group_size``."""
+    if (num_groups is None) == (group_size is None):
+        raise LayerConfigError(
+            "GroupNorm needs exactly one of num_groups and group_size (pass "
+            "num_groups=None to use group_size)."
+        )
+    if group_size is not None:
+        if group_size <= 0 or channels % group_size:
+            raise LayerConfigError(
+                f"GroupNorm: {channels} channels are not a multiple of group_size={group_size}."
+            )
+        return channels // group_size
+    assert num_groups is not None
+    if num_groups <= 0 or channels % num_groups:
+        raise LayerConfigError(
+            f"GroupNorm: num_groups={num_groups} does not divide the {channels} channels."
+        )
+    return num_groups
+
+
+@checked
+def group_norm(
+    x: Float[AnyArray, "batch *spatial channels"],
+    scale: Float[AnyArray, " channels"] | None = None,
+    bias: Float[AnyArray, " channels"] | None = None,
+    *,
+    num_groups: int,
+    epsilon: float = 1e-6,
+    reduction_axes: Axes | None = None,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    use_fast_variance: bool = True,
+    mask: Bool[AnyArray, "..."] | None = None,
+    dtype: Any = None,
+) -> Float[jax.Array, "batch *spatial channels"]:
+    """Group normalisation (Flax ``GroupNorm``): channels (last axis) split into
+    ``num_groups`` groups; statistics per example and group over every axis except the
+    leading batch axis (or over ``reduction_axes``, which must include the last).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.group_norm(jnp.ones((2, 4, 4, 6)), num_groups=3).shape
+    (2, 4, 4, 6)
+    """
+    channels = x.shape[-1]
+    groups = group_norm_groups(channels, num_groups, None)
+    red: Iterable[int] = (
+        reduction_axes if reduction_axes is not None else [*range(1, x.ndim - 1), -1]
+    )
+    red_ = canonicalize_axes(x.ndim, red)
+    if red_[-1] != x.ndim - 1:
+        raise LayerConfigError(
+            f"GroupNorm: reduction_axes {reduction_axes} must include the last (channel) axis."
+        )
+    group_size = channels // groups
+    grouped = x.reshape(*x.shape[:-1], groups, group_size)
+    if mask is not None:
+        mask = jnp.broadcast_to(mask, x.shape).reshape(grouped.shape)
+    mean, var = compute_stats(
+        grouped,
+        [*red_[:-1], -1],
+        use_fast_variance=use_fast_variance,
+        axis_name=axis_name,
+        axis_index_groups=axis_index_groups,
+        mask=mask,
+    )
+    assert mean is not None
+    mean = jnp.repeat(mean, group_size, axis=-1)
+    var = jnp.repeat(var, group_size, axis=-1)
+    return normalize(
+        x,
+        mean,
+        var,
+        scale,
+        bias,
+        reduction_axes=red_[:-1],
+        feature_axes=-1,
+        epsilon=epsilon,
+        dtype=dtype,
+    )
+
+
+@checked
+def batch_stats(
+    x: Float[AnyArray, "*batch features"],
+    *,
+    axis: Axes = -1,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    use_fast_variance: bool = True,
+    mask: Bool[AnyArray, "..."] | None = None,
+) -> tuple[Float[jax.Array, "..."], Float[jax.Array, "..."]]:
+    """Mean and variance over every axis except the feature ``axis`` (BatchNorm in
+    training), averaged over the mapped axis ``axis_name`` if given.
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> mean, var = F.batch_stats(jnp.array([[0.0, 1.0], [2.0, 1.0]]))
+    >>> mean.tolist(), var.tolist()
+    ([1.0, 1.0], [1.0, 0.0])
+    """
+    feat = canonicalize_axes(x.ndim, axis)
+    red = tuple(i for i in range(x.ndim) if i not in feat)
+    mean, var = compute_stats(
+        x,
+        red,
+        use_fast_variance=use_fast_variance,
+        axis_name=axis_name,
+        axis_index_groups=axis_index_groups,
+        mask=mask,
+    )
+    assert mean is not None
+    return mean, var
+
+
+@checked
+def batch_norm(
+    x: Float[AnyArray, "*batch features"],
+    mean: Float[AnyArray, "..."],
+    var: Float[AnyArray, "..."],
+    scale: Float[AnyArray, "..."] | None = None,
+    bias: Float[AnyArray, "..."] | None = None,
+    *,
+    axis: Axes = -1,
+    epsilon: float = 1e-5,
+    dtype: Any = None,
+) -> Float[jax.Array, "*batch features"]:
+    """Normalise with given statistics (from ``batch_stats`` or running averages); the
+    statistics, ``scale`` and ``bias`` have the shape of ``x`` at the feature ``axis``.
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.batch_norm(jnp.array([[3.0]]), jnp.array([1.0]), jnp.array([4.0]), epsilon=0.0)
+    Array([[1.]], dtype=float32)
+    """
+    for name, value in (("mean", mean), ("var", var), ("scale", scale), ("bias", bias)):
+        _check_param("batch_norm", name, value, x, axis)
+    feat = canonicalize_axes(x.ndim, axis)
+    red = tuple(i for i in range(x.ndim) if i not in feat)
+    var = jnp.asarray(var, jnp.promote_types(var.dtype, jnp.float32))
+    mean = jnp.asarray(mean, var.dtype)
+    # The statistics have feature shape; normalize wants them with reduced axes removed.
+    return normalize(
+        x,
+        mean,
+        var,
+        scale,
+        bias,
+        reduction_axes=red,
+        feature_axes=feat,
+        epsilon=epsilon,
+        dtype=dtype,
+    )
+
+
+def ema(running: jax.Array, batch: jax.Array, momentum: float) -> jax.Array:
+    """``momentum * running + (1 - momentum) * batch``: a running-average update."""
+    return momentum * running + (1.0 - momentum) * jnp.asarray(batch, running.dtype)

@@ -1,0 +1,119 @@
+"""Pooling with ``lax.reduce_window``, channels last (Flax's ``pooling`` functions)."""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jaxtyping import Float
+from jaxtyping import Shaped
+
+from .._errors import LayerConfigError
+from ._shapecheck import AnyArray, checked, fail, summary
+
+PoolPadding = str | Sequence[tuple[int, int]]
+
+
+def pool(
+    x: Any,
+    init: Any,
+    reduce_fn: Callable[[Any, Any], Any],
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: PoolPadding = "VALID",
+    *,
+    op: str = "pool",
+) -> jax.Array:
+    """Reduce each window of ``x`` (``(*batch, *window_dims, features)``) with ``reduce_fn``
+    starting from ``init``. ``padding`` is ``"SAME"``, ``"VALID"`` or one ``(low, high)``
+    pair per window dimension."""
+    window = tuple(int(w) for w in window_shape)
+    n = len(window)
+    if x.ndim < n + 1:
+        fail(
+            op,
+            f"x {summary(x)} has {x.ndim} axes but a {n}-D window {window} needs at least "
+            f"{n + 1} (*batch, {n} window axes, features)",
+        )
+    strides_ = tuple(strides) if strides is not None else (1,) * n
+    if len(strides_) != n:
+        raise LayerConfigError(
+            f"{op}: strides {strides_} and window_shape {window} have different lengths."
+        )
+    num_batch = x.ndim - n - 1
+    dims = (1,) * num_batch + window + (1,)
+    steps = (1,) * num_batch + strides_ + (1,)
+    if not isinstance(padding, str):
+        pads = tuple(tuple(p) for p in padding)
+        if len(pads) != n or any(len(p) != 2 for p in pads):
+            raise LayerConfigError(
+                f"{op}: padding {padding!r} must be 'SAME', 'VALID' or {n} (low, high) pairs."
+            )
+        padding = ((0, 0),) * num_batch + pads + ((0, 0),)  # type: ignore[assignment]
+    return lax.reduce_window(x, init, reduce_fn, dims, steps, padding)  # type: ignore[arg-type]
+
+
+@checked
+def max_pool(
+    x: Shaped[AnyArray, "*batch_and_window features"],
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: PoolPadding = "VALID",
+) -> Shaped[jax.Array, "*batch_and_window_out features"]:
+    """Maximum over each window (Flax ``max_pool``).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.max_pool(jnp.arange(8.0).reshape(1, 4, 2, 1), (2, 2)).ravel().tolist()
+    [3.0, 5.0, 7.0]
+    """
+    init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).min
+    return pool(x, jnp.asarray(init, x.dtype), lax.max, window_shape, strides, padding,
+                op="max_pool")
+
+
+@checked
+def min_pool(
+    x: Shaped[AnyArray, "*batch_and_window features"],
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: PoolPadding = "VALID",
+) -> Shaped[jax.Array, "*batch_and_window_out features"]:
+    """Minimum over each window (Flax ``min_pool``).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.min_pool(jnp.arange(4.0).reshape(1, 4, 1), (2,), strides=(2,)).ravel().tolist()
+    [0.0, 2.0]
+    """
+    init = jnp.inf if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).max
+    return pool(x, jnp.asarray(init, x.dtype), lax.min, window_shape, strides, padding,
+                op="min_pool")
+
+
+@checked
+def avg_pool(
+    x: Float[AnyArray, "*batch_and_window features"],
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: PoolPadding = "VALID",
+    count_include_pad: bool = True,
+) -> Float[jax.Array, "*batch_and_window_out features"]:
+    """Mean over each window (Flax ``avg_pool``); with ``count_include_pad=False`` padded
+    positions are left out of the count.
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.avg_pool(jnp.arange(4.0).reshape(1, 4, 1), (2,), strides=(2,)).ravel().tolist()
+    [0.5, 2.5]
+    """
+    zero = jnp.asarray(0, x.dtype)
+    y = pool(x, zero, lax.add, window_shape, strides, padding, op="avg_pool")
+    if count_include_pad:
+        return y / np.prod(window_shape).astype(x.dtype)
+    ones = jnp.ones((1, *x.shape[-len(window_shape) - 1 : -1], 1), x.dtype)
+    counts = pool(ones, zero, lax.add, window_shape, strides, padding, op="avg_pool")
+    counts = jnp.reshape(counts, (1,) * (y.ndim - counts.ndim + 1) + counts.shape[1:])
+    return y / counts

@@ -1,0 +1,94 @@
+"""``Sequential`` and ``Lambda``."""
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from .._module import Module, field
+
+
+class Lambda(Module, typecheck=True):
+    """Wrap a function (an activation, a reshape) as a layer; the function is static.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> pm.nn.Lambda(jax.nn.relu)(jnp.array([-1.0, 2.0])).tolist()  # (*shape) -> (*shape)
+    [0.0, 2.0]
+    """
+
+    fn: Callable[..., Any] = field(static=True)
+
+    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        """Return ``fn(x, *args, **kwargs)``."""
+        return self.fn(x, *args, **kwargs)
+
+
+def _takes_key(layer: Any) -> bool:
+    try:
+        params = inspect.signature(layer).parameters
+    except (TypeError, ValueError):
+        return False
+    return "key" in params
+
+
+class Sequential(Module, typecheck=True):
+    """Apply layers one after another (Flax/Equinox ``Sequential``).
+
+    Plain functions in ``layers`` (``jax.nn.relu``) are wrapped in ``Lambda``. The call's
+    ``key`` (if given) is split over the layers that take a ``key`` argument (Dropout), so
+    one key drives every stochastic layer; other keyword arguments go to every layer
+    that accepts them.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> k1, k2 = jax.random.split(jax.random.key(0))
+    >>> model = pm.nn.Sequential([
+    ...     pm.nn.Linear(3, 16, key=k1), jax.nn.relu, pm.nn.Dropout(0.1),
+    ...     pm.nn.Linear(16, 2, key=k2),
+    ... ])
+    >>> x = jnp.ones((8, 3))                       # (batch, 3)
+    >>> model(x, key=jax.random.key(1)).shape      # (batch, 2)
+    (8, 2)
+    >>> model(x, deterministic=True).shape         # no key needed in evaluation
+    (8, 2)
+    """
+
+    layers: tuple[Any, ...]
+    takes_key: tuple[bool, ...] = field(static=True, repr=False)
+
+    def __init__(self, layers: Sequence[Callable[..., Any]]):
+        self.layers = tuple(
+            layer if isinstance(layer, Module) else Lambda(layer) for layer in layers
+        )
+        self.takes_key = tuple(_takes_key(layer) for layer in self.layers)
+
+    def __call__(self, x: Any, *, key: jax.Array | None = None, **kwargs: Any) -> Any:
+        """Feed ``x`` through every layer in order."""
+        n_keyed = sum(self.takes_key)
+        keys = list(jax.random.split(key, n_keyed)) if key is not None and n_keyed else []
+        for layer, wants_key in zip(self.layers, self.takes_key):
+            extra = {k: v for k, v in kwargs.items() if _accepts(layer, k)}
+            if wants_key and keys:
+                extra["key"] = keys.pop(0)
+            x = layer(x, **extra)
+        return x
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return Sequential(self.layers[index])
+        return self.layers[index]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+
+def _accepts(layer: Any, name: str) -> bool:
+    if isinstance(layer, Lambda):
+        return False
+    try:
+        params = inspect.signature(layer).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
