@@ -126,7 +126,12 @@ def _describe(path: Path, root: str) -> str:
 def _resolve(spec: Any, path: Path, value: Any, what: str, root: str) -> Any:
     """The axis (int, None or Carry) ``spec`` gives the variable at ``path``."""
     for i in range(len(path) + 1):
-        if spec is None or spec is Carry or (isinstance(spec, int) and spec is not True):
+        if isinstance(spec, bool):
+            raise TransformError(
+                f"{what}: {spec!r} at {_describe(path[:i], root)} is not an axis; use an int "
+                "axis, None, StateAxes or a tuple/dict of them."
+            )
+        if spec is None or spec is Carry or isinstance(spec, int):
             return spec
         if isinstance(spec, StateAxes):
             try:
@@ -307,7 +312,9 @@ def grad(
     - ``has_aux``: ``fun`` returns ``(value, aux)``; then ``(grads, aux)`` is returned.
 
     Only floating-point arrays are differentiated. A Variable shared by several places
-    (tied weights) gets one gradient, the sum over its uses.
+    (tied weights) gets one gradient, the sum over its uses. If the places are in
+    different arguments, the variable belongs to the first argument that holds it: its
+    whole gradient is reported there (and ``None`` at the later argument's place).
     """
     if fun is None:
         return functools.partial(grad, argnums=argnums, has_aux=has_aux)
@@ -570,6 +577,13 @@ def scan(
                 )
             yskel, yarrays, yvalues = pack(rest)
             yaxis = _slot_specs(yskel, yvalues, out_axes, "scan out_axes", "output")
+            for slot, ax in yaxis.items():
+                if ax is None:
+                    raise TransformError(
+                        f"scan out_axes: None at {_describe(yskel.path(slot), 'output')}; "
+                        "outputs other than the carry are stacked over iterations, so give "
+                        "an int axis (or return the value as part of the carry)."
+                    )
             cell["ys"] = (yskel, yaxis)
             return new_carry, (yarrays, state_ys)
 

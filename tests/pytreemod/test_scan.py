@@ -432,3 +432,9 @@ def test_scan_metadata_params_mismatch_is_an_error(getkey: Callable[[], jax.Arra
     layers = pm.vmap(BoxedLayer, metadata_params=LAYERS)(jax.random.split(getkey(), 2))
     with pytest.raises(pm.AxisMetadataError, match=r"expected axis name None"):
         pm.scan(lambda x, layer: layer(x), in_axes=(pm.Carry, 0), out_axes=pm.Carry)(_x(), layers)
+
+
+def test_scan_out_axes_none_for_stacked_output_is_rejected() -> None:
+    f = pm.scan(lambda c, x: (c, x), in_axes=(pm.Carry, 0), out_axes=(pm.Carry, None))
+    with pytest.raises(pm.TransformError, match=r"scan out_axes: None at output"):
+        f(jnp.zeros(()), jnp.ones(3))

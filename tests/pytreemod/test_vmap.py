@@ -367,3 +367,8 @@ def test_jit_of_vmap(getkey: Callable[[], jax.Array]) -> None:
     x = _arange(3)
     f = pm.jit(lambda e, x: pm.vmap(lambda m: m(x))(e))
     np.testing.assert_allclose(f(ensemble, x), pm.vmap(lambda m: m(x))(ensemble), rtol=1e-6)
+
+
+def test_vmap_bool_axis_is_rejected() -> None:
+    with pytest.raises(pm.TransformError, match=r"vmap in_axes: False at .* is not an axis"):
+        pm.vmap(lambda x: x, in_axes=False)(jnp.ones(3))

@@ -1,0 +1,3 @@
+"""adapters: Flax's functional core (``adapters.core``) rebuilt over pytreemod."""
+
+from . import core as core

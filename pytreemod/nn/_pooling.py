@@ -1,0 +1,86 @@
+"""``MaxPool``, ``AvgPool`` and ``MinPool`` layers over the functional pools."""
+
+from collections.abc import Sequence
+
+import jax
+from jaxtyping import Shaped
+
+from .._module import Module, field
+from . import _ops_pool as F
+from ._shapecheck import AnyArray
+
+
+def _padding(padding: str | Sequence[tuple[int, int]]) -> str | tuple[tuple[int, int], ...]:
+    if isinstance(padding, str):
+        return padding
+    return tuple((int(lo), int(hi)) for lo, hi in padding)
+
+
+class _Pool(Module):
+    window_shape: tuple[int, ...] = field(static=True)
+    strides: tuple[int, ...] | None = field(static=True, default=None)
+    padding: str | tuple[tuple[int, int], ...] = field(static=True, default="VALID")
+
+    def __init__(
+        self,
+        window_shape: Sequence[int],
+        strides: Sequence[int] | None = None,
+        padding: str | Sequence[tuple[int, int]] = "VALID",
+    ):
+        self.window_shape = tuple(int(w) for w in window_shape)
+        self.strides = None if strides is None else tuple(int(s) for s in strides)
+        self.padding = _padding(padding)
+
+
+class MaxPool(_Pool, typecheck=True):
+    """Maximum over windows (``functional.max_pool`` as a layer, e.g. in ``Sequential``).
+
+    **Arguments:** ``window_shape`` (one size per window axis), ``strides`` (default:
+    1 per axis), ``padding`` (``"VALID"`` default, ``"SAME"`` or ``(low, high)`` pairs).
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> pool = pm.nn.MaxPool((2, 2), strides=(2, 2))
+    >>> pool(jnp.ones((8, 32, 32, 3))).shape  # (*batch, h, w, c) -> (*batch, h/2, w/2, c)
+    (8, 16, 16, 3)
+    """
+
+    def __call__(
+        self, x: Shaped[AnyArray, "*batch_and_window features"]
+    ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
+        """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
+        return F.max_pool(x, self.window_shape, self.strides, self.padding)
+
+
+class AvgPool(_Pool, typecheck=True):
+    """Mean over windows (``functional.avg_pool`` as a layer; padding counted, as Flax's
+    default ``count_include_pad=True``).
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> pool = pm.nn.AvgPool((2,), strides=(2,))
+    >>> pool(jnp.ones((4, 10, 3))).shape  # (*batch, length, c) -> (*batch, length/2, c)
+    (4, 5, 3)
+    """
+
+    def __call__(
+        self, x: Shaped[AnyArray, "*batch_and_window features"]
+    ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
+        """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
+        return F.avg_pool(x, self.window_shape, self.strides, self.padding)
+
+
+class MinPool(_Pool, typecheck=True):
+    """Minimum over windows (``functional.min_pool`` as a layer).
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> pm.nn.MinPool((3,))(jnp.ones((2, 9, 1))).shape  # (*batch, 9, c) -> (*batch, 7, c)
+    (2, 7, 1)
+    """
+
+    def __call__(
+        self, x: Shaped[AnyArray, "*batch_and_window features"]
+    ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
+        """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
+        return F.min_pool(x, self.window_shape, self.strides, self.padding)
