@@ -1,0 +1,398 @@
+"""``MultiHeadAttention`` (self and cross attention, masks, a decoding cache) and its
+head projections ``ProjectHeads``/``MergeHeads``."""
+
+import math
+from typing import Any, TypeVar
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Float, Shaped
+
+from .._errors import AxisMetadataError, LayerConfigError
+from .._meta import AxisMetadata
+from .._module import Module, field
+from .._variables import Cache, Param
+from . import _ops_attention as A
+from . import _ops_linear as L
+from ._init import Initializer, default_bias_init, default_kernel_init
+from ._normalization import LayerNorm
+from ._ops_common import var_value
+from ._shapecheck import AnyArray
+
+_MHA = TypeVar("_MHA", bound="MultiHeadAttention")
+
+
+class ProjectHeads(Module, typecheck=True):
+    """Project features to ``(heads, head_dim)`` (Flax ``DenseGeneral(features=(h, d))``).
+
+    **Parameters:** ``kernel`` ``(in_features, heads, head_dim)``, ``bias`` ``(heads,
+    head_dim)``. Defaults: ``lecun_normal()`` kernel, zero bias (Flax's). As in Flax, the
+    kernel initializer is called with the matrix shape ``(in_features, heads * head_dim)``
+    and its result reshaped, so fan-in and fan-out are the real ones.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> proj = pm.nn.ProjectHeads(16, 4, 8, key=jax.random.key(0))
+    >>> proj(jnp.ones((2, 5, 16))).shape  # (*batch, in_features) -> (*batch, heads, head_dim)
+    (2, 5, 4, 8)
+    """
+
+    kernel: Param[jax.Array]
+    bias: Param[jax.Array] | None
+    dtype: Any = field(static=True, default=None, repr=False)
+    precision: Any = field(static=True, default=None, repr=False)
+
+    def __init__(
+        self,
+        in_features: int,
+        heads: int,
+        head_dim: int,
+        *,
+        use_bias: bool = True,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        key: jax.Array,
+    ):
+        kkey, bkey = jax.random.split(key)
+        shape = (in_features, heads, head_dim)
+        self.kernel = Param(_init_flat(kernel_init, kkey, shape, 1, param_dtype))
+        self.bias = (
+            Param(jnp.reshape(bias_init(bkey, (heads * head_dim,), param_dtype), (heads, head_dim)))
+            if use_bias
+            else None
+        )
+        self.dtype = dtype
+        self.precision = precision
+
+    def __call__(
+        self, x: Float[AnyArray, "*batch in_features"]
+    ) -> Float[jax.Array, "*batch heads head_dim"]:
+        """Project ``x`` of shape ``(*batch, in_features)``."""
+        return L.project_heads(
+            x, var_value(self.kernel), var_value(self.bias), dtype=self.dtype,
+            precision=self.precision,
+        )
+
+
+class MergeHeads(Module, typecheck=True):
+    """Project ``(heads, head_dim)`` back to features (Flax ``DenseGeneral(axis=(-2, -1))``).
+
+    **Parameters:** ``kernel`` ``(heads, head_dim, out_features)``, ``bias``
+    ``(out_features,)``. Defaults: ``lecun_normal()`` kernel (fan-in ``heads * head_dim``),
+    zero bias.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> merge = pm.nn.MergeHeads(4, 8, 16, key=jax.random.key(0))
+    >>> merge(jnp.ones((2, 5, 4, 8))).shape  # (*batch, heads, head_dim) -> (*batch, out)
+    (2, 5, 16)
+    """
+
+    kernel: Param[jax.Array]
+    bias: Param[jax.Array] | None
+    dtype: Any = field(static=True, default=None, repr=False)
+    precision: Any = field(static=True, default=None, repr=False)
+
+    def __init__(
+        self,
+        heads: int,
+        head_dim: int,
+        out_features: int,
+        *,
+        use_bias: bool = True,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        key: jax.Array,
+    ):
+        kkey, bkey = jax.random.split(key)
+        shape = (heads, head_dim, out_features)
+        self.kernel = Param(_init_flat(kernel_init, kkey, shape, 2, param_dtype))
+        self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None
+        self.dtype = dtype
+        self.precision = precision
+
+    def __call__(
+        self, x: Float[AnyArray, "*batch heads head_dim"]
+    ) -> Float[jax.Array, "*batch out_features"]:
+        """Project ``x`` of shape ``(*batch, heads, head_dim)``."""
+        return L.merge_heads(
+            x, var_value(self.kernel), var_value(self.bias), dtype=self.dtype,
+            precision=self.precision,
+        )
+
+
+def _init_flat(
+    init: Initializer, key: jax.Array, shape: tuple[int, ...], split: int, dtype: Any
+) -> Any:
+    """Initialise a ``shape`` kernel as the matrix ``(prod(shape[:split]),
+    prod(shape[split:]))`` and reshape it, as Flax's ``DenseGeneral`` does, so fan-in and
+    fan-out are the real ones. An initializer wrapped by ``with_partitioning`` with one
+    name per axis of the full shape is called with the full shape instead."""
+    flat = (math.prod(shape[:split]), math.prod(shape[split:]))
+    try:
+        value = init(key, flat, dtype)
+    except AxisMetadataError:
+        return init(key, shape, dtype)
+    if isinstance(value, AxisMetadata):
+        return value.replace_boxed(jnp.reshape(value.unbox(), shape)) if value.unbox().ndim == len(
+            shape
+        ) else init(key, shape, dtype)
+    return jnp.reshape(value, shape)
+
+
+class MultiHeadAttention(Module, typecheck=True):
+    """Multi-head dot-product attention (Flax ``MultiHeadDotProductAttention``).
+
+    ``layer(x)`` is self-attention, ``layer(x, memory)`` cross-attention
+    (``layer(q, k, v)`` with separate values). ``mask`` (true = attend) has shape
+    ``(*batch, heads, q_len, kv_len)`` or broadcasts to it (``make_causal_mask``,
+    ``make_attention_mask``).
+
+    **Arguments:**
+
+    - ``num_heads``; ``in_features``: features of the query input.
+    - ``qkv_features``: total size of queries/keys/values (default ``in_features``),
+      split over the heads; ``out_features``: output size (default ``in_features``).
+    - ``kv_features``: features of the key/value inputs (default ``in_features``).
+    - ``use_bias`` (default ``True``); ``normalize_qk`` (default ``False``): LayerNorm on
+      queries and keys (ViT-22B).
+    - ``dropout_rate`` (default ``0.0``) and ``broadcast_dropout`` (default ``True``) for
+      dropout on the attention weights (needs ``key=`` at call time in training).
+    - ``kernel_init``: default ``lecun_normal()``; ``bias_init``: default ``zeros``
+      (Flax's); ``out_kernel_init``/``out_bias_init`` for the output projection (default:
+      the same). ``dtype``, ``param_dtype`` (default ``float32``), ``precision``,
+      ``implementation`` (see ``functional.dot_product_attention``).
+    - ``key``: PRNG key (keyword-only).
+
+    **Parameters:** ``query``, ``key``, ``value`` (``ProjectHeads``: kernel ``(in,
+    heads, head_dim)``) and ``out`` (``MergeHeads``: kernel ``(heads, head_dim, out)``):
+    Flax's names and shapes.
+
+    **Decoding cache:** ``init_cache(batch_shape, max_len)`` returns a copy holding
+    ``cached_key``, ``cached_value`` (``(*batch, max_len, heads, head_dim)``) and
+    ``cache_index`` in the ``cache`` collection; each ``decode(x_step)`` call attends from
+    the new positions to everything decoded so far and writes the cache, so it runs as
+    ``y, layer = pm.apply(layer.decode, x_step, mutable="cache")``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> attn = pm.nn.MultiHeadAttention(4, 32, key=jax.random.key(0))
+    >>> x = jnp.ones((2, 10, 32))                     # (*batch, length, in_features)
+    >>> mask = pm.nn.make_causal_mask(jnp.ones((2, 10)))  # (*batch, 1, length, length)
+    >>> attn(x, mask=mask).shape                      # (*batch, length, out_features)
+    (2, 10, 32)
+    >>> memory = jnp.ones((2, 7, 32))                 # cross-attention: (*batch, kv_len, kv)
+    >>> attn(x, memory).shape
+    (2, 10, 32)
+    >>> layer = attn.init_cache(2, max_len=10)
+    >>> y, layer = pm.apply(layer.decode, x[:, :1], mutable="cache")  # one step
+    >>> y.shape, int(layer.cache_index.value)
+    ((2, 1, 32), 1)
+    """
+
+    query: ProjectHeads
+    key: ProjectHeads
+    value: ProjectHeads
+    out: MergeHeads
+    query_ln: LayerNorm | None
+    key_ln: LayerNorm | None
+    cached_key: Cache[jax.Array] | None
+    cached_value: Cache[jax.Array] | None
+    cache_index: Cache[jax.Array] | None
+    num_heads: int = field(static=True)
+    head_dim: int = field(static=True)
+    dropout_rate: float = field(static=True, default=0.0, repr=False)
+    broadcast_dropout: bool = field(static=True, default=True, repr=False)
+    dtype: Any = field(static=True, default=None, repr=False)
+    precision: Any = field(static=True, default=None, repr=False)
+    implementation: str | None = field(static=True, default=None, repr=False)
+
+    def __init__(
+        self,
+        num_heads: int,
+        in_features: int,
+        *,
+        qkv_features: int | None = None,
+        out_features: int | None = None,
+        kv_features: int | None = None,
+        use_bias: bool = True,
+        normalize_qk: bool = False,
+        dropout_rate: float = 0.0,
+        broadcast_dropout: bool = True,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        precision: Any = None,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        out_kernel_init: Initializer | None = None,
+        out_bias_init: Initializer | None = None,
+        implementation: str | None = None,
+        key: jax.Array,
+    ):
+        qkv = qkv_features or in_features
+        if qkv % num_heads:
+            raise LayerConfigError(
+                f"MultiHeadAttention: qkv_features={qkv} is not divisible by "
+                f"num_heads={num_heads}; pick sizes with qkv_features % num_heads == 0."
+            )
+        head_dim = qkv // num_heads
+        kv_in = kv_features or in_features
+        out = out_features or in_features
+        kq, kk, kv, ko = jax.random.split(key, 4)
+        common = dict(
+            use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, precision=precision
+        )
+        self.query = ProjectHeads(
+            in_features, num_heads, head_dim, kernel_init=kernel_init, bias_init=bias_init,
+            key=kq, **common,
+        )
+        self.key = ProjectHeads(
+            kv_in, num_heads, head_dim, kernel_init=kernel_init, bias_init=bias_init, key=kk,
+            **common,
+        )
+        self.value = ProjectHeads(
+            kv_in, num_heads, head_dim, kernel_init=kernel_init, bias_init=bias_init, key=kv,
+            **common,
+        )
+        self.out = MergeHeads(
+            num_heads,
+            head_dim,
+            out,
+            kernel_init=out_kernel_init or kernel_init,
+            bias_init=out_bias_init or bias_init,
+            key=ko,
+            **common,
+        )
+        if normalize_qk:
+            self.query_ln = LayerNorm(head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype)
+            self.key_ln = LayerNorm(head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype)
+        else:
+            self.query_ln = self.key_ln = None
+        self.cached_key = self.cached_value = self.cache_index = None
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.dropout_rate = dropout_rate
+        self.broadcast_dropout = broadcast_dropout
+        self.dtype = dtype
+        self.precision = precision
+        self.implementation = implementation
+
+    def _qkv(self, q_in: Any, k_in: Any, v_in: Any) -> tuple[Any, Any, Any]:
+        q, k, v = self.query(q_in), self.key(k_in), self.value(v_in)
+        if self.query_ln is not None and self.key_ln is not None:
+            q, k = self.query_ln(q), self.key_ln(k)
+        return q, k, v
+
+    def __call__(
+        self,
+        inputs_q: Float[AnyArray, "*batch q_len q_features"],
+        inputs_k: Float[AnyArray, "*batch kv_len kv_features"] | None = None,
+        inputs_v: Float[AnyArray, "*batch kv_len v_features"] | None = None,
+        *,
+        mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
+        key: jax.Array | None = None,
+        deterministic: bool = False,
+    ) -> Float[jax.Array, "*batch q_len out_features"]:
+        """Attend from ``inputs_q`` to ``inputs_k`` (default: ``inputs_q``, self-attention)
+        with values from ``inputs_v`` (default: ``inputs_k``).
+
+        ``key`` drives the attention dropout when ``dropout_rate > 0`` and not
+        ``deterministic``.
+        """
+        if inputs_k is None:
+            if inputs_v is not None:
+                raise LayerConfigError(
+                    "MultiHeadAttention: inputs_v was given without inputs_k; pass both (or "
+                    "only inputs_k to use it as the values too)."
+                )
+            inputs_k = inputs_q
+        if inputs_v is None:
+            inputs_v = inputs_k
+        q, k, v = self._qkv(inputs_q, inputs_k, inputs_v)
+        x = self._attend(q, k, v, mask, key, deterministic)
+        return self.out(x)
+
+    def _attend(
+        self, q: Any, k: Any, v: Any, mask: Any, key: jax.Array | None, deterministic: bool
+    ) -> Any:
+        dropping = self.dropout_rate > 0.0 and not deterministic
+        if dropping and key is None:
+            raise LayerConfigError(
+                f"MultiHeadAttention(dropout_rate={self.dropout_rate}) in training needs a "
+                "PRNG key: call it with key=..., or pass deterministic=True."
+            )
+        return A.dot_product_attention(
+            q,
+            k,
+            v,
+            mask=mask,
+            dropout_rate=self.dropout_rate,
+            dropout_key=key,
+            broadcast_dropout=self.broadcast_dropout,
+            deterministic=not dropping,
+            dtype=self.dtype,
+            precision=self.precision,
+            implementation=None if dropping else self.implementation,
+        )
+
+    def init_cache(
+        self: _MHA, batch_shape: int | tuple[int, ...], max_len: int, *, dtype: Any = None
+    ) -> _MHA:
+        """A copy of this layer with an empty decoding cache for ``max_len`` positions.
+
+        ``batch_shape``: the batch dimensions of the inputs ``decode`` will get (an int or
+        a tuple); ``dtype``: of the cached keys/values (default: the key kernel's).
+        """
+        batch = (batch_shape,) if isinstance(batch_shape, int) else tuple(batch_shape)
+        kernel = var_value(self.key.kernel)
+        dtype = dtype or self.dtype or kernel.dtype
+        kv_dim = var_value(self.value.kernel).shape[-1]
+        return self.replace(
+            cached_key=Cache(jnp.zeros((*batch, max_len, self.num_heads, self.head_dim), dtype)),
+            cached_value=Cache(jnp.zeros((*batch, max_len, self.num_heads, kv_dim), dtype)),
+            cache_index=Cache(jnp.zeros((), jnp.int32)),
+        )
+
+    def decode(
+        self,
+        inputs: Float[AnyArray, "*batch steps in_features"],
+        *,
+        mask: Shaped[AnyArray, "*#batch #heads #steps #max_len"] | None = None,
+    ) -> Float[jax.Array, "*batch steps out_features"]:
+        """Causal self-attention for the next ``steps`` positions (usually 1) over the
+        cache; writes the new keys/values and index (run inside
+        ``pm.apply(..., mutable="cache")``).
+
+        ``mask``, if given, is combined with the causal cache mask (shape ``(*batch,
+        heads, steps, max_len)``, e.g. to hide padding).
+        """
+        if self.cached_key is None or self.cached_value is None or self.cache_index is None:
+            raise LayerConfigError(
+                "MultiHeadAttention.decode needs a decoding cache: build the layer for "
+                "decoding with `layer = layer.init_cache(batch_shape, max_len)` first."
+            )
+        q, k, v = self._qkv(inputs, inputs, inputs)
+        new_key, new_value, new_index, cache_mask = A.update_kv_cache(
+            self.cached_key.get(), self.cached_value.get(), self.cache_index.get(), k, v
+        )
+        self.cached_key.set(new_key)
+        self.cached_value.set(new_value)
+        self.cache_index.set(new_index)
+        # Read the cache back through the apply call: later calls in it see the same state.
+        k_all, v_all = self.cached_key.get(), self.cached_value.get()
+        x = A.dot_product_attention(
+            q,
+            k_all,
+            v_all,
+            mask=A.combine_masks(mask, cache_mask),
+            dtype=self.dtype,
+            precision=self.precision,
+            implementation=self.implementation,
+        )
+        return self.out(x)
