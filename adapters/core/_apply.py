@@ -100,9 +100,7 @@ def apply(
     """
 
     @functools.wraps(fn)
-    def wrapper(
-        variables: Mapping[str, Any], *args: Any, rngs: Any = None, **kwargs: Any
-    ) -> Any:
+    def wrapper(variables: Mapping[str, Any], *args: Any, rngs: Any = None, **kwargs: Any) -> Any:
         if rngs is not None:
             if _is_valid_rng(rngs):
                 rngs = {"params": rngs}

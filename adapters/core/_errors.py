@@ -52,9 +52,7 @@ class ScopeParamShapeError(CoreError):
     Fix: call ``apply`` with inputs of the shape used at ``init``, or re-initialize.
     """
 
-    def __init__(
-        self, param_name: str, scope_path: str, value_shape: Any, init_shape: Any
-    ):
+    def __init__(self, param_name: str, scope_path: str, value_shape: Any, init_shape: Any):
         super().__init__(
             f'For parameter "{param_name}" (collection "params") in scope "{scope_path}", '
             f"the initializer would produce shape {init_shape} but the existing parameter "
@@ -222,8 +220,7 @@ class ApplyScopeInvalidVariablesTypeError(CoreError, TypeError):
     def __init__(self, detail: str = ""):
         super().__init__(
             "The first argument passed to an apply function should be a dictionary of "
-            "collections, each a dictionary with string keys"
-            + (f"; {detail}" if detail else ".")
+            "collections, each a dictionary with string keys" + (f"; {detail}" if detail else ".")
         )
 
 

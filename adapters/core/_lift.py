@@ -71,6 +71,7 @@ def _transpose(xs: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
 
 def _py_scalars_to_arrays(tree: Any) -> Any:
     """Python numbers in variables become arrays, as JAX transforms would make them."""
+
     def convert(x: Any) -> Any:
         return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
 
@@ -89,8 +90,14 @@ def _partial_pack(
     out_variable_filters: Sequence[Any],
     rng_filters: Sequence[Any],
     name: str | None,
-) -> tuple[Callable[..., Any], Callable[..., Any], VariableGroups, RngGroups,
-           Callable[[Any], None], tuple[Scope, ...]]:
+) -> tuple[
+    Callable[..., Any],
+    Callable[..., Any],
+    VariableGroups,
+    RngGroups,
+    Callable[[Any], None],
+    tuple[Scope, ...],
+]:
     in_filters = [_filters.to_filter(f) for f in in_variable_filters]
     out_filters = [_filters.to_filter(f) for f in out_variable_filters]
     rfilters = [_filters.to_filter(f) for f in rng_filters]

@@ -103,9 +103,7 @@ def _axis_leaves(spec: Any, tree: Any, what: str) -> list[tuple[Any, Any]]:
     return pairs
 
 
-def _mapped_size(
-    given: int | None, pairs: list[tuple[Any, Any]], what: str, name: str
-) -> int:
+def _mapped_size(given: int | None, pairs: list[tuple[Any, Any]], what: str, name: str) -> int:
     sizes = {leaf.shape[ax] for ax, leaf in pairs if isinstance(ax, int)}
     if given is not None:
         return given
@@ -373,9 +371,7 @@ def scan(
             # Broadcast variables may be created: run the body once, outside the loop.
             first = n - 1 if reverse else 0
             xs0 = tuple(_slice_prefix(a, x, first, params) for a, x in zip(arg_axes, args))
-            scan0 = tuple(
-                _slice_tree(g, ax, first, params) for g, ax in zip(scan_in, in_axes_v)
-            )
+            scan0 = tuple(_slice_tree(g, ax, first, params) for g, ax in zip(scan_in, in_axes_v))
             rngs0 = tuple(
                 jax.tree.map(lambda k: k[first], g) if split else g
                 for g, split in zip(rng_groups, rng_splits)
@@ -462,13 +458,19 @@ def remat_scan(
         def wrapper(scope: Scope, carry: Any) -> Any:
             return body_fn(scope, carry), ()
 
-        return lambda scope, c: scan_fn(remat(wrapper, policy=policy, prevent_cse=False),
-                                        length=lengths[0])(scope, c)[0]
+        return lambda scope, c: scan_fn(
+            remat(wrapper, policy=policy, prevent_cse=False), length=lengths[0]
+        )(scope, c)[0]
 
     def inner_loop(scope: Scope, carry: Any) -> Any:
         carry = remat_scan(
-            body_fn, lengths[1:], policy, variable_broadcast, variable_carry,
-            variable_axes, split_rngs,
+            body_fn,
+            lengths[1:],
+            policy,
+            variable_broadcast,
+            variable_carry,
+            variable_axes,
+            split_rngs,
         )(scope, carry)
         return carry, ()
 
@@ -688,8 +690,10 @@ class _Static:
         self.value = value
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Static) and type(self.value) is type(other.value) and bool(
-            self.value == other.value
+        return (
+            isinstance(other, _Static)
+            and type(self.value) is type(other.value)
+            and bool(self.value == other.value)
         )
 
     def __hash__(self) -> int:
@@ -730,8 +734,9 @@ def jit(
         jit_kwargs["backend"] = backend
     context = _JitContext()
 
-    def jitted(fingerprint: Any, variable_groups: Any, rng_groups: Any, *args: Any,
-               **kwargs: Any) -> Any:
+    def jitted(
+        fingerprint: Any, variable_groups: Any, rng_groups: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         del fingerprint  # keys the compilation cache only
         scope_fn, repack_fn = context.stack[-1]
         args = tuple(a.value if isinstance(a, _Static) else a for a in args)
@@ -752,13 +757,15 @@ def jit(
     ) -> Any:
         probe = scope_fn(variable_groups, rng_groups)
         scopes = jax.tree.leaves(probe, is_leaf=_is_scope)
-        fingerprint = _Static((
-            jax.tree.structure(probe, is_leaf=_is_scope),
-            tuple(
-                (s.path, s.debug_path, s.mutable, s.flags, s._lift.key() if s._lift else None)
-                for s in scopes
-            ),
-        ))
+        fingerprint = _Static(
+            (
+                jax.tree.structure(probe, is_leaf=_is_scope),
+                tuple(
+                    (s.path, s.debug_path, s.mutable, s.flags, s._lift.key() if s._lift else None)
+                    for s in scopes
+                ),
+            )
+        )
         for s in scopes:
             s.invalidate()
         args = tuple(_Static(a) if i + 1 in static else a for i, a in enumerate(args))
@@ -793,8 +800,7 @@ def fold_rngs(
         y = fn(s, *args, **kwargs)
         return y, repack_fn(s)
 
-    return pack(inner, (variables,), (variables,), (rngs,), name="fold_rngs",
-                enable_kwargs=True)
+    return pack(inner, (variables,), (variables,), (rngs,), name="fold_rngs", enable_kwargs=True)
 
 
 # ----------------------------------------------------------------------------- autodiff
@@ -840,9 +846,9 @@ def vjp(
         bwd = jax.tree_util.Partial(functools.partial(_bwd_wrapper, treedef), bwd)
         return ((y, bwd, aux) if has_aux else (y, bwd)), out_vars
 
-    return pack(
-        inner, (vjp_variables, variables), (variables,), (rngs,), name="vjp"
-    )(scope, *primals)
+    return pack(inner, (vjp_variables, variables), (variables,), (rngs,), name="vjp")(
+        scope, *primals
+    )
 
 
 def _bwd_wrapper(treedef: Any, bwd_fn: Callable[..., Any], tangent: Any) -> Any:
@@ -889,9 +895,7 @@ def jvp(
         )
         return (y, out_tangents[0]), out_vars
 
-    return pack(inner, (target, variables), (variables,), (rngs,), name="jvp")(
-        scope, *primals
-    )
+    return pack(inner, (target, variables), (variables,), (rngs,), name="jvp")(scope, *primals)
 
 
 def value_and_grad(
@@ -931,9 +935,7 @@ def value_and_grad(
         )(*args)
         return ((y, aux, grads) if has_aux else (y, grads)), out_vars
 
-    return pack(inner, (variables,), (variables,), (rngs,), name="value_and_grad")(
-        scope, *primals
-    )
+    return pack(inner, (variables,), (variables,), (rngs,), name="value_and_grad")(scope, *primals)
 
 
 def custom_vjp(
@@ -1043,9 +1045,7 @@ def map_variables(
         return y, (out_target, out_rest)
 
     in_vars = (mapped_collections, variables)
-    out_vars = (
-        in_vars if target_out else (False, _filters.subtract(variables, mapped_collections))
-    )
+    out_vars = in_vars if target_out else (False, _filters.subtract(variables, mapped_collections))
     return pack(wrapper, in_vars, out_vars, (rngs,), name="map_variables", enable_kwargs=True)
 
 

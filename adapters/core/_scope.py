@@ -135,8 +135,12 @@ class LiftInfo:
 
     def key(self) -> tuple[Any, ...]:
         """A hashable summary (for compilation caches)."""
-        return (self.transform, self.variables, self.hidden_rngs,
-                self.parent.key() if self.parent else None)
+        return (
+            self.transform,
+            self.variables,
+            self.hidden_rngs,
+            self.parent.key() if self.parent else None,
+        )
 
 
 # ----------------------------------------------------------------------------- variables
@@ -198,8 +202,10 @@ def _rebox(current: Any, value: Any) -> Any:
     leaves = cur_def.flatten_up_to(current)
     if not any(pm.is_box(x) for x in leaves):
         return value
-    new = [c.replace_boxed(v) if pm.is_box(c) else v
-           for c, v in zip(leaves, cur_def.flatten_up_to(value))]
+    new = [
+        c.replace_boxed(v) if pm.is_box(c) else v
+        for c, v in zip(leaves, cur_def.flatten_up_to(value))
+    ]
     return cur_def.unflatten(new)
 
 
@@ -209,8 +215,9 @@ _INIT_SHAPES: "collections.OrderedDict[Any, list[tuple[int, ...]]]" = collection
 _INIT_SHAPES_MAX = 4096
 
 
-def _init_shapes(init_fn: Callable[..., Any], args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> list[tuple[int, ...]]:
+def _init_shapes(
+    init_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[int, ...]]:
     key: Any = (init_fn, args, tuple(sorted(kwargs.items())) if kwargs else ())
     try:
         hit = _INIT_SHAPES.get(key)
@@ -297,9 +304,7 @@ class Scope:
         self.reservations = collections.defaultdict(set)
         self._invalid = False
         self._mutable_cache: dict[str, bool] = (
-            parent._mutable_cache
-            if parent is not None and parent.mutable == self.mutable
-            else {}
+            parent._mutable_cache if parent is not None and parent.mutable == self.mutable else {}
         )
         self._lift: LiftInfo | None = parent._lift if parent is not None else None
 
@@ -373,9 +378,7 @@ class Scope:
         scope.rngs = self.rngs
         scope._lift = self._lift
         scope._mutable_cache = self._mutable_cache
-        scope.rng_counters = (
-            {key: 0 for key in self.rngs} if rewind_rngs else self.rng_counters
-        )
+        scope.rng_counters = {key: 0 for key in self.rngs} if rewind_rngs else self.rng_counters
         return scope
 
     # -- names
@@ -531,9 +534,7 @@ class Scope:
     def mutable_variables(self) -> dict[str, Any]:
         """The variables of this scope's mutable collections."""
         self._populate_collections()
-        return {
-            col: v for col, v in self._variables.items() if self.is_mutable_collection(col)
-        }
+        return {col: v for col, v in self._variables.items() if self.is_mutable_collection(col)}
 
     # -- rngs
 
@@ -574,9 +575,7 @@ class Scope:
         """Whether variable ``name`` exists in collection ``col`` of this scope."""
         return name in self._collection(col)
 
-    def get_variable(
-        self, col: str, name: str, default: Any = None, *, unbox: bool = True
-    ) -> Any:
+    def get_variable(self, col: str, name: str, default: Any = None, *, unbox: bool = True) -> Any:
         """The value of variable ``name`` in ``col``, or ``default`` if it does not exist.
 
         With ``unbox`` (default) axis-metadata boxes are stripped; ``unbox=False`` keeps

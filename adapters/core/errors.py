@@ -1,6 +1,8 @@
 """``adapters.core.errors``: the exception classes (``flax.errors``' names for the core)."""
 
-from ._errors import ApplyScopeInvalidVariablesStructureError as ApplyScopeInvalidVariablesStructureError
+from ._errors import (
+    ApplyScopeInvalidVariablesStructureError as ApplyScopeInvalidVariablesStructureError,
+)
 from ._errors import ApplyScopeInvalidVariablesTypeError as ApplyScopeInvalidVariablesTypeError
 from ._errors import BranchVariableMismatchError as BranchVariableMismatchError
 from ._errors import CarryVariableInitError as CarryVariableInitError

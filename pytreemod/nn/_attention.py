@@ -140,9 +140,10 @@ def _init_flat(
     except AxisMetadataError:
         return init(key, shape, dtype)
     if isinstance(value, AxisMetadata):
-        return value.replace_boxed(jnp.reshape(value.unbox(), shape)) if value.unbox().ndim == len(
-            shape
-        ) else init(key, shape, dtype)
+        raise LayerConfigError(
+            f"A partitioned kernel initializer named the axes of the flattened {flat} matrix; "
+            f"name each axis of the kernel's full shape {shape} instead."
+        )
     return jnp.reshape(value, shape)
 
 

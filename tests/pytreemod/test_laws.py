@@ -304,11 +304,16 @@ def test_matches_collection_is_sound(model: Any, f: Any) -> None:
 names = st.one_of(st.none(), st.sampled_from(["batch", "embed", "mlp", "heads", "layers"]))
 
 
+BOX_TYPES: list[type[pm.Partitioned]] = [pm.Partitioned, pm.LogicallyPartitioned]
+"""Every axis-metadata box type the library ships; each must obey the inverse laws."""
+
+
 @st.composite
 def partitioned(draw: st.DrawFn, min_ndim: int = 0) -> pm.Partitioned:
+    box_type = draw(st.sampled_from(BOX_TYPES))
     axis_names = draw(st.lists(names, min_size=min_ndim, max_size=4))
     value = jnp.zeros((2,) * len(axis_names), dtype=jnp.float32)
-    return pm.Partitioned(value, tuple(axis_names))
+    return box_type(value, tuple(axis_names))
 
 
 @SETTINGS
@@ -322,6 +327,7 @@ def test_add_then_remove_axis_is_identity(
     added = x.add_axis(i, params)
     assert len(added.names) == n
     assert added.names[i] == name
+    assert type(added) is type(x)
     assert added.remove_axis(i, params) == x
 
 
@@ -332,3 +338,12 @@ def test_remove_then_add_axis_is_identity(x: pm.Partitioned, data: st.DataObject
     i = data.draw(st.integers(-n, n - 1))
     params = {pm.PARTITION_NAME: x.names[i]}
     assert x.remove_axis(i, params).add_axis(i, params) == x
+
+
+def test_every_box_type_in_the_library_is_law_tested() -> None:
+    def subclasses(cls: type) -> set[type]:
+        direct = set(cls.__subclasses__())
+        return direct.union(*(subclasses(c) for c in direct))
+
+    shipped = {c for c in subclasses(pm.AxisMetadata) if c.__module__.startswith("pytreemod.")}
+    assert shipped == set(BOX_TYPES)

@@ -15,9 +15,7 @@ from . import initializers
 Array = jax.Array
 Initializer = Callable[..., Any]
 default_kernel_init: Initializer = initializers.lecun_normal()
-default_embed_init: Initializer = initializers.variance_scaling(
-    1.0, "fan_in", "normal", out_axis=0
-)
+default_embed_init: Initializer = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
 
 
 def _as_tuple(x: int | Iterable[int]) -> tuple[int, ...]:
@@ -40,7 +38,7 @@ def dense(
     dtype: Any = jnp.float32,
     precision: Any = None,
     kernel_init: Initializer = default_kernel_init,
-    bias_init: Initializer = initializers.zeros_init(),
+    bias_init: Initializer = initializers.zeros,
 ) -> Array:
     """``inputs @ kernel + bias`` over the last axis (params ``kernel``, ``bias``).
 
@@ -52,9 +50,7 @@ def dense(
     """
     inputs = jnp.asarray(inputs, dtype)
     kernel = jnp.asarray(scope.param("kernel", kernel_init, (inputs.shape[-1], features)), dtype)
-    y = lax.dot_general(
-        inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=precision
-    )
+    y = lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=precision)
     if bias:
         y = _add_bias(y, jnp.asarray(scope.param("bias", bias_init, (features,)), dtype))
     return y
@@ -69,7 +65,7 @@ def dense_general(
     bias: bool = True,
     dtype: Any = jnp.float32,
     kernel_init: Initializer = default_kernel_init,
-    bias_init: Initializer = initializers.zeros_init(),
+    bias_init: Initializer = initializers.zeros,
     precision: Any = None,
 ) -> Array:
     """A linear map contracting ``axis`` of ``inputs`` to ``features`` (a tuple of sizes).
@@ -137,7 +133,7 @@ def conv(
     dtype: Any = jnp.float32,
     precision: Any = None,
     kernel_init: Initializer = default_kernel_init,
-    bias_init: Initializer = initializers.zeros_init(),
+    bias_init: Initializer = initializers.zeros,
 ) -> Array:
     """An N-d convolution of ``(batch, spatial..., features)`` inputs (params ``kernel``,
     ``bias``)."""
@@ -179,7 +175,7 @@ def conv_transpose(
     dtype: Any = jnp.float32,
     precision: Any = None,
     kernel_init: Initializer = default_kernel_init,
-    bias_init: Initializer = initializers.zeros_init(),
+    bias_init: Initializer = initializers.zeros,
 ) -> Array:
     """A transposed convolution (``jax.lax.conv_transpose``)."""
     inputs = jnp.asarray(inputs, dtype)

@@ -28,8 +28,8 @@ def batch_norm(
     dtype: Any = jnp.float32,
     bias: bool = True,
     scale: bool = True,
-    bias_init: Initializer = initializers.zeros_init(),
-    scale_init: Initializer = initializers.ones_init(),
+    bias_init: Initializer = initializers.zeros,
+    scale_init: Initializer = initializers.ones,
     axis_name: str | None = None,
     axis_index_groups: Any = None,
     kind: str = "batch_stats",
@@ -82,8 +82,8 @@ def layer_norm(
     dtype: Any = jnp.float32,
     bias: bool = True,
     scale: bool = True,
-    bias_init: Initializer = initializers.zeros_init(),
-    scale_init: Initializer = initializers.ones_init(),
+    bias_init: Initializer = initializers.zeros,
+    scale_init: Initializer = initializers.ones,
 ) -> Array:
     """Layer normalization over the last axis (params ``scale``, ``bias``)."""
     features = x.shape[-1]
@@ -107,8 +107,8 @@ def group_norm(
     dtype: Any = jnp.float32,
     bias: bool = True,
     scale: bool = True,
-    bias_init: Initializer = initializers.zeros_init(),
-    scale_init: Initializer = initializers.ones_init(),
+    bias_init: Initializer = initializers.zeros,
+    scale_init: Initializer = initializers.ones,
 ) -> Array:
     """Group normalization of ``(batch, ..., channels)`` inputs: statistics over each
     group of channels and every non-batch axis. Give ``num_groups`` or ``group_size``."""
@@ -119,8 +119,7 @@ def group_norm(
     if group_size is not None:
         if channels % group_size:
             raise ValueError(
-                f"group_norm: {channels} channels are not a multiple of group_size="
-                f"{group_size}."
+                f"group_norm: {channels} channels are not a multiple of group_size={group_size}."
             )
         num_groups = channels // group_size
     assert num_groups is not None

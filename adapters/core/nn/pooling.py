@@ -51,7 +51,7 @@ def avg_pool(
     y = pool(inputs, zero, lax.add, window_shape, strides, padding)
     if count_include_pad or padding == "VALID":
         return y / np.prod(window_shape).astype(inputs.dtype)
-    ones = jnp.ones(inputs.shape[:-1] + (1,), inputs.dtype)
+    ones = jnp.ones((*inputs.shape[:-1], 1), inputs.dtype)
     return y / pool(ones, zero, lax.add, window_shape, strides, padding)
 
 
