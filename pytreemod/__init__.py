@@ -3,13 +3,16 @@
 This file only re-exports; every name is defined in a private module.
 """
 
+from . import nn as nn
 from ._errors import AxisMetadataError as AxisMetadataError
 from ._errors import FrozenModuleError as FrozenModuleError
 from ._errors import InvalidFieldError as InvalidFieldError
 from ._errors import InvalidFilterError as InvalidFilterError
+from ._errors import LayerConfigError as LayerConfigError
 from ._errors import LogicalAxisRulesError as LogicalAxisRulesError
 from ._errors import PytreemodError as PytreemodError
 from ._errors import PytreemodWarning as PytreemodWarning
+from ._errors import ShapeError as ShapeError
 from ._errors import ShardingError as ShardingError
 from ._errors import StateMismatchError as StateMismatchError
 from ._errors import StateWriteError as StateWriteError

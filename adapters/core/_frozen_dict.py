@@ -97,7 +97,7 @@ def _freeze_value(value: Any) -> Any:
 
 def _flatten_with_keys(
     d: FrozenDict[Any, Any],
-) -> tuple[list[tuple[jtu.DictKey, Any]], tuple[Any, ...]]:
+) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
     keys = tuple(sorted(d._dict))
     return [(jtu.DictKey(k), d._dict[k]) for k in keys], keys
 

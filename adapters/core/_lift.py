@@ -144,8 +144,8 @@ def _partial_pack(
         mutable_filter: Any = True,
     ) -> Any:
         """Stage 4: rebuild the scopes from (transformed) groups."""
-        var_xs = _transpose(variable_groups) or ((),) * n_roots
-        rng_xs = _transpose(rng_groups) or ((),) * n_roots
+        var_xs: Any = _transpose(variable_groups) or ((),) * n_roots
+        rng_xs: Any = _transpose(rng_groups) or ((),) * n_roots
         mfilter = _filters.to_filter(mutable_filter)
         inner_roots = []
         for root, vgroups, rgroups, hide in zip(roots, var_xs, rng_xs, hidden):

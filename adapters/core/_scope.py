@@ -462,7 +462,8 @@ class Scope:
         """
         if name is None:
             if prefix is None:
-                prefix = getattr(fn, "__name__", "") + "_" if hasattr(fn, "__name__") else ""
+                fn_name = getattr(fn, "__name__", None)
+                prefix = f"{fn_name}_" if fn_name else ""
             name = self.default_name(prefix)
         scope = self.push(name)
 
@@ -618,6 +619,17 @@ class Scope:
         self,
         col: str,
         name: str,
+        init_fn: Callable[..., pm.AxisMetadata],
+        *init_args: Any,
+        unbox: bool = True,
+        **init_kwargs: Any,
+    ) -> Variable[Any]: ...
+
+    @overload
+    def variable(
+        self,
+        col: str,
+        name: str,
         init_fn: Callable[..., T] | None = None,
         *init_args: Any,
         unbox: Literal[True] = True,
@@ -633,7 +645,7 @@ class Scope:
         *init_args: Any,
         unbox: Literal[False],
         **init_kwargs: Any,
-    ) -> Variable[pm.AxisMetadata | T]: ...
+    ) -> Variable[Any]: ...
 
     def variable(
         self,
@@ -657,6 +669,17 @@ class Scope:
             self.put_variable(col, name, init_fn(*init_args, **init_kwargs))
         return Variable(self, col, name, unbox=unbox)
 
+    @overload
+    def param(
+        self,
+        name: str,
+        init_fn: Callable[..., pm.AxisMetadata],
+        *init_args: Any,
+        unbox: bool = True,
+        **init_kwargs: Any,
+    ) -> Any: ...
+
+    @overload
     def param(
         self,
         name: str,
@@ -664,7 +687,16 @@ class Scope:
         *init_args: Any,
         unbox: bool = True,
         **init_kwargs: Any,
-    ) -> T:
+    ) -> T: ...
+
+    def param(
+        self,
+        name: str,
+        init_fn: Callable[..., Any],
+        *init_args: Any,
+        unbox: bool = True,
+        **init_kwargs: Any,
+    ) -> Any:
         """The parameter ``name`` (collection ``params``), created with
         ``init_fn(self.make_rng('params'), *init_args, **init_kwargs)`` if it does not
         exist.

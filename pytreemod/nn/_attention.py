@@ -133,7 +133,9 @@ def _init_flat(
     """Initialise a ``shape`` kernel as the matrix ``(prod(shape[:split]),
     prod(shape[split:]))`` and reshape it, as Flax's ``DenseGeneral`` does, so fan-in and
     fan-out are the real ones. An initializer wrapped by ``with_partitioning`` with one
-    name per axis of the full shape is called with the full shape instead."""
+    name per axis of the full shape is called with the full shape instead (give it
+    ``in_axis``/``out_axis`` for the right fan-in, e.g. ``lecun_normal(in_axis=0,
+    out_axis=(1, 2))`` for ``ProjectHeads``)."""
     flat = (math.prod(shape[:split]), math.prod(shape[split:]))
     try:
         value = init(key, flat, dtype)
@@ -271,7 +273,9 @@ class MultiHeadAttention(Module, typecheck=True):
             **common,
         )
         if normalize_qk:
-            self.query_ln = LayerNorm(head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype)
+            self.query_ln = LayerNorm(
+                head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype
+            )
             self.key_ln = LayerNorm(head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype)
         else:
             self.query_ln = self.key_ln = None

@@ -29,8 +29,8 @@ class Dropout(Module, typecheck=True):
     >>> drop = pm.nn.Dropout(0.5)
     >>> x = jnp.ones((4, 8))                            # (*shape)
     >>> y = drop(x, key=jax.random.key(0))              # (*shape), entries 0 or 2
-    >>> sorted(set(y.ravel().tolist()))
-    [0.0, 2.0]
+    >>> y.shape, sorted(set(y.ravel().tolist()))
+    ((4, 8), [0.0, 2.0])
     >>> bool((drop(x, deterministic=True) == x).all())  # evaluation
     True
     """

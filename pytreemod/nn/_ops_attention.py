@@ -21,17 +21,17 @@ from ._ops_dropout import check_rate
 from ._shapecheck import AnyArray, checked
 
 
-def _to_rank(x: jax.Array | None, ndim: int) -> jax.Array | None:
+def _to_rank(x: Any, ndim: int) -> Any:
     if x is None or x.ndim >= ndim:
         return x
     return jnp.reshape(x, (1,) * (ndim - x.ndim) + x.shape)
 
 
 def _weights(
-    query: jax.Array,
-    key: jax.Array,
-    bias: jax.Array | None,
-    mask: jax.Array | None,
+    query: Any,
+    key: Any,
+    bias: Any,
+    mask: Any,
     dropout_rate: float,
     dropout_key: jax.Array | None,
     broadcast_dropout: bool,
@@ -137,15 +137,7 @@ def dot_product_attention(
                 f"implementation={implementation!r} has no attention dropout; use "
                 "implementation=None for dropout_rate > 0 in training."
             )
-        ndim = query.ndim + 1
-        return jax.nn.dot_product_attention(
-            query,
-            key,
-            value,
-            bias=_to_rank(bias, ndim),
-            mask=None if mask is None else _to_rank(jnp.asarray(mask, bool), ndim),
-            implementation=implementation,  # type: ignore[arg-type]
-        )
+        return _jax_attention(query, key, value, bias, mask, implementation)
     weights = _weights(
         query, key, bias, mask, dropout_rate, dropout_key, broadcast_dropout, deterministic,
         precision,
@@ -153,9 +145,43 @@ def dot_product_attention(
     return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
 
 
+def _jax_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    bias: Any,
+    mask: Any,
+    implementation: str,
+) -> jax.Array:
+    """``jax.nn.dot_product_attention``, which takes exactly one batch axis: merge them."""
+    batch = query.shape[:-3]
+
+    def flat(x: Any) -> jax.Array:
+        return jnp.reshape(x, (-1, *x.shape[-3:]))
+
+    def flat_logits(x: Any) -> jax.Array | None:
+        if x is None:
+            return None
+        x = _to_rank(x, query.ndim)
+        lead = x.shape[: len(batch)]
+        if all(n == 1 for n in lead):  # broadcast over the batch: keep one entry
+            return jnp.reshape(x, (1, *x.shape[len(batch) :]))
+        return flat(jnp.broadcast_to(x, (*batch, *x.shape[len(batch) :])))
+
+    out = jax.nn.dot_product_attention(
+        flat(query),
+        flat(key),
+        flat(value),
+        bias=flat_logits(bias),
+        mask=flat_logits(None if mask is None else jnp.asarray(mask, bool)),
+        implementation=implementation,  # type: ignore[arg-type]
+    )
+    return jnp.reshape(out, (*batch, *out.shape[1:]))
+
+
 def make_attention_mask(
-    query_input: jax.Array,
-    key_input: jax.Array,
+    query_input: AnyArray,
+    key_input: AnyArray,
     pairwise_fn: Callable[[jax.Array, jax.Array], jax.Array] = jnp.multiply,
     extra_batch_dims: int = 0,
     dtype: Any = bool,
@@ -177,7 +203,7 @@ def make_attention_mask(
     return mask.astype(dtype)
 
 
-def make_causal_mask(x: jax.Array, extra_batch_dims: int = 0, dtype: Any = bool) -> jax.Array:
+def make_causal_mask(x: AnyArray, extra_batch_dims: int = 0, dtype: Any = bool) -> jax.Array:
     """A ``(*batch, 1, len, len)`` mask letting position ``i`` attend to ``j <= i``, for a
     ``(*batch, len)`` input (only its shape is used).
 
@@ -189,7 +215,7 @@ def make_causal_mask(x: jax.Array, extra_batch_dims: int = 0, dtype: Any = bool)
     return make_attention_mask(idx, idx, jnp.greater_equal, extra_batch_dims, dtype)
 
 
-def combine_masks(*masks: jax.Array | None, dtype: Any = bool) -> jax.Array | None:
+def combine_masks(*masks: AnyArray | None, dtype: Any = bool) -> jax.Array | None:
     """Logical AND of the masks that are not ``None`` (``None`` if all are).
 
     >>> import jax.numpy as jnp

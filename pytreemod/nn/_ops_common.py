@@ -27,11 +27,18 @@ def promote_dtype(*arrays: Any, dtype: Any = None, inexact: bool = True) -> tupl
         with jax.numpy_dtype_promotion("standard"):
             dtype = jnp.result_type(*present)
         if inexact and not jnp.issubdtype(dtype, jnp.inexact):
-            dtype = jnp.promote_types(jnp.float32, dtype)
+            dtype = at_least_float32(dtype)
     return tuple(
         None if a is None else a if getattr(a, "dtype", None) == dtype else jnp.asarray(a, dtype)
         for a in arrays
     )
+
+
+def at_least_float32(dtype: Any) -> Any:
+    """``dtype`` promoted with float32 by JAX's standard rules (``bf16 -> f32``, ``f64`` and
+    complex kept, integers -> f32), whatever the promotion mode."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.promote_types(dtype, jnp.float32)
 
 
 def canonicalize_axes(ndim: int, axes: int | Iterable[int]) -> tuple[int, ...]:

@@ -55,11 +55,11 @@ def canonicalize_padding(padding: PaddingLike, rank: int) -> str | list[tuple[in
     return out
 
 
-def _flatten_batch(x: jax.Array, num_spatial: int) -> tuple[jax.Array, tuple[int, ...] | None]:
+def _flatten_batch(x: AnyArray, num_spatial: int) -> tuple[jax.Array, tuple[int, ...] | None]:
     """Make exactly one leading batch axis (added or merged); return how to undo it."""
     num_batch = x.ndim - (num_spatial + 1)
     if num_batch == 1:
-        return x, None
+        return jnp.asarray(x), None
     batch_shape = x.shape[:num_batch]
     return jnp.reshape(x, (-1, *x.shape[num_batch:])), batch_shape
 
@@ -157,8 +157,8 @@ def conv(
         pad = "VALID"
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
     y = lax.conv_general_dilated(
-        x,
-        kernel,
+        jnp.asarray(x),
+        jnp.asarray(kernel),
         strides_,
         pad,
         lhs_dilation=in_dil,
@@ -217,8 +217,8 @@ def conv_transpose(
         raise LayerConfigError(f"conv_transpose does not support padding={padding!r}.")
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
     y = lax.conv_transpose(
-        x,
-        kernel,
+        jnp.asarray(x),
+        jnp.asarray(kernel),
         strides_,
         pad,
         rhs_dilation=k_dil,

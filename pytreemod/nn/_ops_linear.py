@@ -11,7 +11,7 @@ from ._ops_common import promote_dtype
 from ._shapecheck import AnyArray, checked
 
 
-def _add_bias(y: jax.Array, bias: jax.Array | None) -> jax.Array:
+def _add_bias(y: jax.Array, bias: AnyArray | None) -> jax.Array:
     if bias is None:
         return y
     # Explicit broadcast (rank promotion may be "raise"), as Flax writes it.

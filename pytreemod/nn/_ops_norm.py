@@ -6,7 +6,7 @@ The numerics and the backward-pass cost follow Flax Linen's ``_compute_stats`` a
 ``(features,)``-sized product is formed before it touches the full-size array.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -15,7 +15,7 @@ from jax import lax
 from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
-from ._ops_common import canonicalize_axes
+from ._ops_common import at_least_float32, canonicalize_axes
 from ._shapecheck import AnyArray, checked, fail, summary
 
 Axes = int | Sequence[int]
@@ -26,7 +26,7 @@ def _mean(
     axes: tuple[int, ...],
     axis_name: Any,
     axis_index_groups: Any,
-    mask: jax.Array | None,
+    mask: AnyArray | None,
 ) -> list[jax.Array]:
     where = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), xs[0].shape)
     mus = [x.mean(axes, where=where) for x in xs]
@@ -40,14 +40,14 @@ def _mean(
 
 
 def compute_stats(
-    x: jax.Array,
+    x: AnyArray,
     axes: Axes,
     *,
     use_mean: bool = True,
     use_fast_variance: bool = True,
     axis_name: Any = None,
     axis_index_groups: Any = None,
-    mask: jax.Array | None = None,
+    mask: AnyArray | None = None,
     dtype: Any = None,
 ) -> tuple[jax.Array | None, jax.Array]:
     """Mean and variance of ``x`` over ``axes``, in at least float32.
@@ -67,17 +67,17 @@ def compute_stats(
     >>> mean.tolist(), var.tolist()
     ([2.0], [1.0])
     """
-    stat_dtype = jnp.promote_types(dtype or x.dtype, jnp.float32)
-    x = jnp.asarray(x, stat_dtype)
-    axes_ = canonicalize_axes(x.ndim, axes)
+    stat_dtype = at_least_float32(dtype or x.dtype)
+    x32 = jnp.asarray(x, stat_dtype)
+    axes_ = canonicalize_axes(x32.ndim, axes)
     if not use_mean:
-        (var,) = _mean([lax.square(x)], axes_, axis_name, axis_index_groups, mask)
+        (var,) = _mean([lax.square(x32)], axes_, axis_name, axis_index_groups, mask)
         return None, var
     if use_fast_variance:
-        mu, mu2 = _mean([x, lax.square(x)], axes_, axis_name, axis_index_groups, mask)
+        mu, mu2 = _mean([x32, lax.square(x32)], axes_, axis_name, axis_index_groups, mask)
         return mu, jnp.maximum(0.0, mu2 - lax.square(mu))
-    (mu,) = _mean([x], axes_, axis_name, axis_index_groups, mask)
-    centred = lax.square(x - jnp.expand_dims(mu, axes_))
+    (mu,) = _mean([x32], axes_, axis_name, axis_index_groups, mask)
+    centred = lax.square(x32 - jnp.expand_dims(mu, axes_))
     (var,) = _mean([centred], axes_, axis_name, axis_index_groups, mask)
     return mu, var
 
@@ -87,15 +87,15 @@ def _out_dtype(dtype: Any, *arrays: Any) -> Any:
         return dtype
     with jax.numpy_dtype_promotion("standard"):
         out = jnp.result_type(*[a for a in arrays if a is not None])
-    return out if jnp.issubdtype(out, jnp.inexact) else jnp.promote_types(out, jnp.float32)
+    return out if jnp.issubdtype(out, jnp.inexact) else at_least_float32(out)
 
 
 def normalize(
-    x: jax.Array,
-    mean: jax.Array | None,
-    var: jax.Array,
-    scale: jax.Array | None,
-    bias: jax.Array | None,
+    x: AnyArray,
+    mean: AnyArray | None,
+    var: AnyArray,
+    scale: AnyArray | None,
+    bias: AnyArray | None,
     *,
     reduction_axes: Axes,
     feature_axes: Axes,
@@ -208,8 +208,8 @@ def rms_norm(
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
-    >>> F.rms_norm(jnp.array([[3.0, 4.0]]), epsilon=0.0).round(4).tolist()
-    [[0.8485, 1.1314]]
+    >>> [round(v, 4) for v in F.rms_norm(jnp.array([[3.0, 4.0]]), epsilon=0.0)[0].tolist()]
+    [0.8485, 1.1314]
     """
     _check_param("rms_norm", "scale", scale, x, feature_axes)
     _, var = compute_stats(
@@ -280,9 +280,7 @@ def group_norm(
     """
     channels = x.shape[-1]
     groups = group_norm_groups(channels, num_groups, None)
-    red: Iterable[int] = (
-        reduction_axes if reduction_axes is not None else [*range(1, x.ndim - 1), -1]
-    )
+    red: Axes = reduction_axes if reduction_axes is not None else [*range(1, x.ndim - 1), -1]
     red_ = canonicalize_axes(x.ndim, red)
     if red_[-1] != x.ndim - 1:
         raise LayerConfigError(
@@ -373,7 +371,7 @@ def batch_norm(
         _check_param("batch_norm", name, value, x, axis)
     feat = canonicalize_axes(x.ndim, axis)
     red = tuple(i for i in range(x.ndim) if i not in feat)
-    var = jnp.asarray(var, jnp.promote_types(var.dtype, jnp.float32))
+    var = jnp.asarray(var, at_least_float32(var.dtype))
     mean = jnp.asarray(mean, var.dtype)
     # The statistics have feature shape; normalize wants them with reduced axes removed.
     return normalize(

@@ -7,8 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Float
-from jaxtyping import Shaped
+from jaxtyping import Float, Shaped
 
 from .._errors import LayerConfigError
 from ._shapecheck import AnyArray, checked, fail, summary

@@ -7,8 +7,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
+
+from pytreemod.nn import functional as F
 
 from .._scope import Scope
 from . import initializers
@@ -37,13 +37,16 @@ def dot_product_attention(
     dropout_rate: float = 0.0,
     deterministic: bool = False,
     precision: Any = None,
+    mask: Array | None = None,
 ) -> Array:
-    """Softmax attention of ``query`` over ``key``/``value``.
+    """Softmax attention of ``query`` over ``key``/``value``
+    (``pytreemod.nn.functional.dot_product_attention``).
 
     Shapes are ``(batch, attention dims..., heads, channels)``; ``axis`` lists the
-    attention dims (default: all between batch and heads). ``bias`` is added to the
-    logits (masks as large negative values). Dropout on the weights draws from
-    ``dropout_rng`` or ``scope.make_rng('dropout')``.
+    attention dims (default: all between batch and heads), which are attended jointly.
+    ``bias`` is added to the logits and ``mask`` hides entries where false (both
+    broadcastable to ``(batch, heads, q_len, kv_len)``, for one attention axis). Dropout on
+    the weights draws from ``dropout_rng`` or ``scope.make_rng('dropout')``.
     """
     if key.shape[:-1] != value.shape[:-1] or query.shape[-1] != key.shape[-1]:
         raise ValueError(
@@ -59,38 +62,34 @@ def dot_product_attention(
     for ax in axes:
         if not 1 <= ax < n - 2:
             raise ValueError("Attention axes must lie between the batch and the heads axes.")
-    depth = query.shape[-1]
-    batch_dims = tuple(i for i in range(n) if i not in (*axes, n - 1))
-    qk_perm = (*batch_dims, *axes, n - 1)
-    key_t = key.transpose(qk_perm)
-    query_t = query.transpose(qk_perm) / jnp.sqrt(jnp.asarray(depth, dtype))
-    value_t = value.transpose((*batch_dims, n - 1, *axes))
-    bd = tuple(range(len(batch_dims)))
-    weights = lax.dot_general(query_t, key_t, (((n - 1,), (n - 1,)), (bd, bd)), precision=precision)
-    if bias is not None:
-        weights = weights + bias
-    norm_dims = tuple(range(weights.ndim - len(axes), weights.ndim))
-    weights = jnp.exp(
-        weights - jax.scipy.special.logsumexp(weights, axis=norm_dims, keepdims=True)
-    ).astype(dtype)
-    if not deterministic and dropout_rate > 0.0:
-        rng = dropout_rng if dropout_rng is not None else scope.make_rng("dropout")
-        keep_prob = 1.0 - dropout_rate
-        shape = (
-            (1,) * len(bd) + weights.shape[-(2 * len(axes)) :]
-            if broadcast_dropout
-            else weights.shape
-        )
-        keep = jax.random.bernoulli(rng, keep_prob, shape)
-        weights = weights * (keep.astype(weights.dtype) / jnp.asarray(keep_prob, dtype))
-    contract = (norm_dims, tuple(range(value_t.ndim - len(axes), value_t.ndim)))
-    y = lax.dot_general(weights, value_t, (contract, (bd, bd)), precision=precision)
-    return y.transpose(_invert(qk_perm))
+    if len(axes) != 1 and (bias is not None or mask is not None):
+        raise ValueError("dot_product_attention: bias and mask need one attention axis.")
+    # Move the attention axes next to the heads and flatten them into one length axis.
+    rest = tuple(i for i in range(n - 2) if i not in axes)
+    perm = (*rest, *axes, n - 2, n - 1)
 
+    def flat(x: Array) -> Array:
+        x = x.transpose(perm)
+        return jnp.reshape(x, (*x.shape[: len(rest)], -1, *x.shape[-2:]))
 
-def _causal_bias(length_q: int, length_k: int) -> Array:
-    mask = np.tril(np.ones((length_q, length_k), dtype=bool))
-    return jnp.where(mask, 0.0, -1e10).astype(jnp.float32)
+    if not deterministic and dropout_rate > 0.0 and dropout_rng is None:
+        dropout_rng = scope.make_rng("dropout")
+    y = F.dot_product_attention(
+        flat(query),
+        flat(key),
+        flat(value),
+        bias,
+        mask,
+        dropout_rate=dropout_rate,
+        dropout_key=dropout_rng,
+        broadcast_dropout=broadcast_dropout,
+        deterministic=deterministic,
+        dtype=dtype,
+        precision=precision,
+    )
+    q_shape = query.transpose(perm).shape
+    y = jnp.reshape(y, (*q_shape[:-1], value.shape[-1]))
+    return y.transpose(_invert(perm))
 
 
 def multi_head_dot_product_attention(
@@ -146,21 +145,20 @@ def multi_head_dot_product_attention(
     query = scope.child(dense, "query")(inputs_q)
     key = scope.child(dense, "key")(inputs_kv)
     value = scope.child(dense, "value")(inputs_kv)
-    logits_bias = jnp.zeros((1, 1, inputs_q.shape[1], inputs_kv.shape[1]), jnp.float32)
+    masks = []
     if causal_mask:
-        logits_bias = logits_bias + _causal_bias(inputs_q.shape[1], inputs_kv.shape[1])
+        masks.append(F.make_causal_mask(jnp.ones(inputs_kv.shape[:2])))
     if padding_mask is not None or key_padding_mask is not None:
         q_mask = padding_mask if padding_mask is not None else jnp.ones(inputs_q.shape[:2], bool)
         k_mask = key_padding_mask if key_padding_mask is not None else q_mask
-        both = jnp.logical_and(q_mask[:, None, :, None], k_mask[:, None, None, :])
-        logits_bias = logits_bias + jnp.where(both, 0.0, -1e10).astype(jnp.float32)
+        masks.append(F.make_attention_mask(q_mask, k_mask))
     y = attention_fn(
         scope,
         query,
         key,
         value,
         dtype=dtype,
-        bias=logits_bias.astype(dtype),
+        mask=F.combine_masks(*masks),
         broadcast_dropout=broadcast_dropout,
         dropout_rng=dropout_rng,
         dropout_rate=dropout_rate,

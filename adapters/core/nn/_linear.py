@@ -1,5 +1,11 @@
 """Linear layers as scope functions: ``dense``, ``dense_general``, ``conv``,
-``conv_transpose`` and ``embedding``."""
+``conv_transpose`` and ``embedding``.
+
+The math is ``pytreemod.nn.functional``'s (``linear``, ``project_heads``, ``merge_heads``,
+``conv``, ``conv_transpose``, ``embed``, ``attend``); these functions create the
+parameters on the scope, with ``flax.core.nn``'s names and shapes. ``dense_general``
+contractions those ops do not cover (other axes, batch dims) use ``lax.dot_general``.
+"""
 
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -8,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from pytreemod.nn import functional as F
 
 from .._scope import Scope
 from . import initializers
@@ -24,10 +32,6 @@ def _as_tuple(x: int | Iterable[int]) -> tuple[int, ...]:
 
 def _normalize_axes(axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
     return tuple(ax if ax >= 0 else ndim + ax for ax in axes)
-
-
-def _add_bias(y: Array, bias: Array) -> Array:
-    return y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
 
 
 def dense(
@@ -49,11 +53,23 @@ def dense(
     ((2, 4), (3, 4))
     """
     inputs = jnp.asarray(inputs, dtype)
-    kernel = jnp.asarray(scope.param("kernel", kernel_init, (inputs.shape[-1], features)), dtype)
-    y = lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=precision)
-    if bias:
-        y = _add_bias(y, jnp.asarray(scope.param("bias", bias_init, (features,)), dtype))
-    return y
+    kernel = scope.param("kernel", kernel_init, (inputs.shape[-1], features))
+    b = scope.param("bias", bias_init, (features,)) if bias else None
+    return F.linear(inputs, kernel, b, dtype=dtype, precision=precision)
+
+
+def _batched_init(init: Initializer, n_batch: int, n_in: int, n_feat: int) -> Initializer:
+    """Initialize a ``(*batch, *in, *features)`` array as ``prod(batch)`` flat draws."""
+
+    def wrapped(rng: Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Array:
+        size_batch = int(np.prod(shape[:n_batch]))
+        flat = (int(np.prod(shape[-n_feat:])),)
+        if n_in:
+            flat = (int(np.prod(shape[n_batch : n_batch + n_in])), *flat)
+        keys = list(jax.random.split(rng, size_batch)) if size_batch > 1 else [rng]
+        return jnp.reshape(jnp.concatenate([init(k, flat, dtype) for k in keys]), shape)
+
+    return wrapped
 
 
 def dense_general(
@@ -81,42 +97,29 @@ def dense_general(
     ndim = inputs.ndim
     axes, batch = _normalize_axes(axes, ndim), _normalize_axes(batch, ndim)
     n_batch, n_axis, n_feat = len(batch), len(axes), len(feats)
-
-    def kernel_init_wrap(rng: Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Array:
-        size_batch = int(np.prod(shape[:n_batch]))
-        flat = (int(np.prod(shape[n_batch : n_batch + n_axis])), int(np.prod(shape[-n_feat:])))
-        keys = jax.random.split(rng, size_batch) if size_batch > 1 else [rng]
-        kernel = jnp.concatenate([kernel_init(k, flat, dtype) for k in keys], axis=0)
-        return jnp.reshape(kernel, shape)
-
     batch_shape = tuple(inputs.shape[ax] for ax in batch)
-    kernel_shape = tuple(inputs.shape[ax] for ax in axes) + feats
-    kernel = jnp.asarray(scope.param("kernel", kernel_init_wrap, batch_shape + kernel_shape), dtype)
+    kernel_shape = batch_shape + tuple(inputs.shape[ax] for ax in axes) + feats
+    kernel_init_ = _batched_init(kernel_init, n_batch, n_axis, n_feat)
+    kernel = jnp.asarray(scope.param("kernel", kernel_init_, kernel_shape), dtype)
+    b = None
+    if bias:
+        bias_init_ = _batched_init(bias_init, n_batch, 0, n_feat)
+        b = jnp.asarray(scope.param("bias", bias_init_, batch_shape + feats), dtype)
+    if not batch and axes == (ndim - 1,) and n_feat <= 2:
+        op = F.linear if n_feat == 1 else F.project_heads
+        return op(inputs, kernel, b, dtype=dtype, precision=precision)
+    if not batch and axes == (ndim - 2, ndim - 1) and n_feat == 1:
+        return F.merge_heads(inputs, kernel, b, dtype=dtype, precision=precision)
     batch_ind = tuple(range(n_batch))
     contract_ind = tuple(range(n_batch, n_axis + n_batch))
     out = lax.dot_general(
         inputs, kernel, ((axes, contract_ind), (batch, batch_ind)), precision=precision
     )
-    if bias:
-
-        def bias_init_wrap(rng: Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Array:
-            size_batch = int(np.prod(shape[:n_batch]))
-            flat = (int(np.prod(shape[-n_feat:])),)
-            keys = jax.random.split(rng, size_batch) if size_batch > 1 else [rng]
-            return jnp.reshape(jnp.concatenate([bias_init(k, flat, dtype) for k in keys]), shape)
-
-        b = jnp.asarray(scope.param("bias", bias_init_wrap, batch_shape + feats), dtype)
+    if b is not None:
         for ax in sorted(set(range(ndim)) - set(axes) - set(batch)):
             b = jnp.expand_dims(b, ax)
         out = out + b
     return out
-
-
-def _conv_dimension_numbers(input_shape: tuple[int, ...]) -> lax.ConvDimensionNumbers:
-    ndim = len(input_shape)
-    lhs = (0, ndim - 1, *range(1, ndim - 1))
-    rhs = (ndim - 1, ndim - 2, *range(0, ndim - 2))
-    return lax.ConvDimensionNumbers(lhs, rhs, lhs)
 
 
 def conv(
@@ -138,7 +141,6 @@ def conv(
     """An N-d convolution of ``(batch, spatial..., features)`` inputs (params ``kernel``,
     ``bias``)."""
     inputs = jnp.asarray(inputs, dtype)
-    strides = tuple(strides) if strides is not None else (1,) * (inputs.ndim - 2)
     in_features = inputs.shape[-1]
     if in_features % feature_group_count:
         raise ValueError(
@@ -146,21 +148,20 @@ def conv(
             f"feature_group_count={feature_group_count}."
         )
     shape = (*kernel_size, in_features // feature_group_count, features)
-    kernel = jnp.asarray(scope.param("kernel", kernel_init, shape), dtype)
-    y = lax.conv_general_dilated(
+    kernel = scope.param("kernel", kernel_init, shape)
+    b = scope.param("bias", bias_init, (features,)) if bias else None
+    return F.conv(
         inputs,
         kernel,
-        strides,
-        padding,
-        lhs_dilation=input_dilation,
-        rhs_dilation=kernel_dilation,
-        dimension_numbers=_conv_dimension_numbers(inputs.shape),
+        b,
+        strides=tuple(strides) if strides is not None else 1,
+        padding=padding,
+        input_dilation=tuple(input_dilation) if input_dilation is not None else 1,
+        kernel_dilation=tuple(kernel_dilation) if kernel_dilation is not None else 1,
         feature_group_count=feature_group_count,
+        dtype=dtype,
         precision=precision,
     )
-    if bias:
-        y = _add_bias(y, jnp.asarray(scope.param("bias", bias_init, (features,)), dtype))
-    return y
 
 
 def conv_transpose(
@@ -177,17 +178,21 @@ def conv_transpose(
     kernel_init: Initializer = default_kernel_init,
     bias_init: Initializer = initializers.zeros,
 ) -> Array:
-    """A transposed convolution (``jax.lax.conv_transpose``)."""
+    """A transposed convolution (``jax.lax.conv_transpose``'s semantics)."""
     inputs = jnp.asarray(inputs, dtype)
-    strides = tuple(strides) if strides else (1,) * (inputs.ndim - 2)
     shape = (*kernel_size, inputs.shape[-1], features)
-    kernel = jnp.asarray(scope.param("kernel", kernel_init, shape), dtype)
-    y = lax.conv_transpose(
-        inputs, kernel, strides, padding, rhs_dilation=kernel_dilation, precision=precision
+    kernel = scope.param("kernel", kernel_init, shape)
+    b = scope.param("bias", bias_init, (features,)) if bias else None
+    return F.conv_transpose(
+        inputs,
+        kernel,
+        b,
+        strides=tuple(strides) if strides else 1,
+        padding=padding,
+        kernel_dilation=tuple(kernel_dilation) if kernel_dilation is not None else 1,
+        dtype=dtype,
+        precision=precision,
     )
-    if bias:
-        y = _add_bias(y, jnp.asarray(scope.param("bias", bias_init, (features,)), dtype))
-    return y
 
 
 class Embedding:
@@ -204,11 +209,11 @@ class Embedding:
             raise ValueError(
                 f"Embedding.lookup expects integer indices, got dtype {indices.dtype}."
             )
-        return self.table[indices]
+        return F.embed(indices, self.table)
 
     def attend(self, query: Array) -> Array:
         """Inner products of ``query`` with every embedding (logits over the vocabulary)."""
-        return jnp.dot(query, self.table.T)
+        return F.attend(query, self.table)
 
 
 def embedding(

@@ -1,11 +1,17 @@
-"""Normalization layers as scope functions: ``batch_norm``, ``layer_norm``, ``group_norm``."""
+"""Normalization layers as scope functions: ``batch_norm``, ``layer_norm``, ``group_norm``.
+
+The math is ``pytreemod.nn.functional``'s (``batch_stats``, ``batch_norm``, ``ema``,
+``layer_norm``, ``group_norm``); these functions create the parameters and running
+statistics on the scope. Parameter shapes are ``flax.core.nn``'s.
+"""
 
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
+
+from pytreemod.nn import functional as F
 
 from .._scope import Scope
 from . import initializers
@@ -44,35 +50,22 @@ def batch_norm(
     """
     x = jnp.asarray(x, jnp.float32)
     axes = _absolute_dims(x.ndim, axis if isinstance(axis, tuple) else (axis,))
-    redux = tuple(i for i in range(x.ndim) if i not in axes)
-
-    def pmean(v: Array) -> Array:
-        m = jnp.mean(v, redux, keepdims=True)
-        if axis_name is not None:
-            m = lax.pmean(m, axis_name=axis_name, axis_index_groups=axis_index_groups)
-        return m
-
-    mean = pmean(x)
     feature_shape = tuple(x.shape[i] for i in axes)
-    var = pmean(jnp.square(x)) - jnp.square(mean)
     is_init = not scope.has_variable(kind, "mean")
     ra_mean = scope.variable(kind, "mean", jnp.zeros, feature_shape)
     ra_var = scope.variable(kind, "var", jnp.ones, feature_shape)
     if use_running_average:
-        mean = jnp.reshape(ra_mean.value, mean.shape)
-        var = jnp.reshape(ra_var.value, var.shape)
-    elif not is_init:
-        beta = 1.0 - momentum
-        ra_mean.value = ra_mean.value + beta * (jnp.reshape(mean, feature_shape) - ra_mean.value)
-        ra_var.value = ra_var.value + beta * (jnp.reshape(var, feature_shape) - ra_var.value)
-    y = x - mean
-    mul = lax.rsqrt(var + epsilon)
-    if scale:
-        mul = mul * jnp.reshape(scope.param("scale", scale_init, feature_shape), mean.shape)
-    y = y * mul
-    if bias:
-        y = y + jnp.reshape(scope.param("bias", bias_init, feature_shape), mean.shape)
-    return jnp.asarray(y, dtype)
+        mean, var = ra_mean.value, ra_var.value
+    else:
+        mean, var = F.batch_stats(
+            x, axis=axes, axis_name=axis_name, axis_index_groups=axis_index_groups
+        )
+        if not is_init:
+            ra_mean.value = F.ema(ra_mean.value, mean, momentum)
+            ra_var.value = F.ema(ra_var.value, var, momentum)
+    s = scope.param("scale", scale_init, feature_shape) if scale else None
+    b = scope.param("bias", bias_init, feature_shape) if bias else None
+    return jnp.asarray(F.batch_norm(x, mean, var, s, b, axis=axes, epsilon=epsilon), dtype)
 
 
 def layer_norm(
@@ -87,15 +80,9 @@ def layer_norm(
 ) -> Array:
     """Layer normalization over the last axis (params ``scale``, ``bias``)."""
     features = x.shape[-1]
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(lax.square(x), axis=-1, keepdims=True) - lax.square(mean)
-    mul = lax.rsqrt(var + epsilon)
-    if scale:
-        mul = mul * jnp.asarray(scope.param("scale", scale_init, (features,)), dtype)
-    y = (x - mean) * mul
-    if bias:
-        y = y + jnp.asarray(scope.param("bias", bias_init, (features,)), dtype)
-    return jnp.asarray(y, dtype)
+    s = scope.param("scale", scale_init, (features,)) if scale else None
+    b = scope.param("bias", bias_init, (features,)) if bias else None
+    return jnp.asarray(F.layer_norm(x, s, b, epsilon=epsilon), dtype)
 
 
 def group_norm(
@@ -111,7 +98,10 @@ def group_norm(
     scale_init: Initializer = initializers.ones,
 ) -> Array:
     """Group normalization of ``(batch, ..., channels)`` inputs: statistics over each
-    group of channels and every non-batch axis. Give ``num_groups`` or ``group_size``."""
+    group of channels and every non-batch axis. Give ``num_groups`` or ``group_size``.
+
+    ``scale`` and ``bias`` have shape ``(1, ..., 1, channels)``, as in ``flax.core.nn``.
+    """
     x = jnp.asarray(x, jnp.float32)
     if (num_groups is None) == (group_size is None):
         raise ValueError("group_norm: give exactly one of num_groups and group_size.")
@@ -127,15 +117,14 @@ def group_norm(
         raise ValueError(
             f"group_norm: {channels} channels are not divisible by num_groups={num_groups}."
         )
-    shape = x.shape
-    g = jnp.reshape(x, (*shape[:-1], num_groups, channels // num_groups))
-    axes = (*range(1, g.ndim - 2), g.ndim - 1)
-    mean = jnp.mean(g, axis=axes, keepdims=True)
-    var = jnp.mean(jnp.square(g), axis=axes, keepdims=True) - jnp.square(mean)
-    y = jnp.reshape((g - mean) * lax.rsqrt(var + epsilon), shape)
-    feature_shape = (1,) * (len(shape) - 1) + (channels,)
-    if scale:
-        y = y * scope.param("scale", scale_init, feature_shape)
-    if bias:
-        y = y + scope.param("bias", bias_init, feature_shape)
+    feature_shape = (1,) * (x.ndim - 1) + (channels,)
+    s = scope.param("scale", scale_init, feature_shape) if scale else None
+    b = scope.param("bias", bias_init, feature_shape) if bias else None
+    y = F.group_norm(
+        x,
+        None if s is None else jnp.reshape(s, (channels,)),
+        None if b is None else jnp.reshape(b, (channels,)),
+        num_groups=num_groups,
+        epsilon=epsilon,
+    )
     return jnp.asarray(y, dtype)

@@ -1,8 +1,8 @@
-"""``dropout`` as a scope function."""
+"""``dropout`` as a scope function (math: ``pytreemod.nn.functional.dropout``)."""
 
 import jax
-import jax.numpy as jnp
-from jax import lax
+
+from pytreemod.nn import functional as F
 
 from .._scope import Scope
 
@@ -23,8 +23,6 @@ def dropout(
     """
     if rate == 0.0 or deterministic:
         return inputs
-    keep = 1.0 - rate
     if rng is None:
         rng = scope.make_rng("dropout")
-    mask = jax.random.bernoulli(rng, p=keep, shape=inputs.shape)
-    return lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
+    return F.dropout(inputs, rate, rng)

@@ -1,75 +1,60 @@
-"""Pooling: ``avg_pool``, ``max_pool``, ``min_pool``, ``pool`` (no variables)."""
+"""Pooling: ``avg_pool``, ``max_pool``, ``min_pool``, ``pool`` (no variables).
 
-from collections.abc import Callable, Sequence
-from typing import Any
+The window logic is ``pytreemod.nn.functional.pool``. The reductions pass their initial
+value as a Python scalar so that ``lax.reduce_window`` recognises the monoid and stays
+differentiable under ``jit`` (``pytreemod.nn.functional.max_pool`` currently passes an
+array and fails to linearize under ``jax.jit(jax.grad(...))``).
+"""
+
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from pytreemod.nn.functional import pool as pool
+
 Array = jax.Array
-
-
-def pool(
-    inputs: Array,
-    init: Any,
-    reduce_fn: Callable[[Any, Any], Any],
-    window_shape: Sequence[int],
-    strides: Sequence[int] | None,
-    padding: str | Sequence[tuple[int, int]],
-) -> Array:
-    """Reduce windows of ``(batch, spatial..., features)`` inputs with ``reduce_fn``.
-
-    A batch axis may be omitted (an input with one spatial axis fewer).
-    """
-    strides = tuple(strides) if strides is not None else (1,) * len(window_shape)
-    if len(strides) != len(window_shape):
-        raise ValueError(
-            f"pool: strides {strides} and window_shape {tuple(window_shape)} differ in length."
-        )
-    batched = inputs.ndim == len(window_shape) + 2
-    if not batched:
-        inputs = inputs[None]
-    dims = (1, *window_shape, 1)
-    steps = (1, *strides, 1)
-    if not isinstance(padding, str):
-        padding = ((0, 0), *(tuple(p) for p in padding), (0, 0))
-    y = lax.reduce_window(inputs, init, reduce_fn, dims, steps, padding)
-    return y if batched else y[0]
-
-
-def avg_pool(
-    inputs: Array,
-    window_shape: Sequence[int],
-    strides: Sequence[int] | None = None,
-    padding: str | Sequence[tuple[int, int]] = "VALID",
-    count_include_pad: bool = True,
-) -> Array:
-    """Average over windows (``count_include_pad=False`` divides by real elements only)."""
-    zero = jnp.zeros((), inputs.dtype)
-    y = pool(inputs, zero, lax.add, window_shape, strides, padding)
-    if count_include_pad or padding == "VALID":
-        return y / np.prod(window_shape).astype(inputs.dtype)
-    ones = jnp.ones((*inputs.shape[:-1], 1), inputs.dtype)
-    return y / pool(ones, zero, lax.add, window_shape, strides, padding)
+Padding = str | Sequence[tuple[int, int]]
 
 
 def max_pool(
     inputs: Array,
     window_shape: Sequence[int],
     strides: Sequence[int] | None = None,
-    padding: str | Sequence[tuple[int, int]] = "VALID",
+    padding: Padding = "VALID",
 ) -> Array:
-    """Maximum over windows."""
-    return pool(inputs, -jnp.inf, lax.max, window_shape, strides, padding)
+    """Maximum over windows of ``(*batch, *window dims, features)`` inputs."""
+    init = (
+        -np.inf if jnp.issubdtype(inputs.dtype, jnp.inexact) else int(jnp.iinfo(inputs.dtype).min)
+    )
+    return pool(inputs, init, lax.max, window_shape, strides, padding, op="max_pool")
 
 
 def min_pool(
     inputs: Array,
     window_shape: Sequence[int],
     strides: Sequence[int] | None = None,
-    padding: str | Sequence[tuple[int, int]] = "VALID",
+    padding: Padding = "VALID",
 ) -> Array:
     """Minimum over windows."""
-    return pool(inputs, jnp.inf, lax.min, window_shape, strides, padding)
+    init = np.inf if jnp.issubdtype(inputs.dtype, jnp.inexact) else int(jnp.iinfo(inputs.dtype).max)
+    return pool(inputs, init, lax.min, window_shape, strides, padding, op="min_pool")
+
+
+def avg_pool(
+    inputs: Array,
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: Padding = "VALID",
+    count_include_pad: bool = True,
+) -> Array:
+    """Average over windows (``count_include_pad=False`` divides by real elements only)."""
+    y = pool(inputs, 0.0, lax.add, window_shape, strides, padding, op="avg_pool")
+    if count_include_pad or padding == "VALID":
+        return y / np.prod(window_shape).astype(inputs.dtype)
+    ones = jnp.ones((1, *inputs.shape[-len(window_shape) - 1 : -1], 1), inputs.dtype)
+    counts = pool(ones, 0.0, lax.add, window_shape, strides, padding, op="avg_pool")
+    counts = jnp.reshape(counts, (1,) * (y.ndim - counts.ndim + 1) + counts.shape[1:])
+    return y / counts

@@ -1,0 +1,73 @@
+"""The math of every layer, as pure functions on arrays.
+
+Layers in ``pytreemod.nn`` (and the adapters' Linen layers) call these; no layer's math is
+written anywhere else. Each op checks its jaxtyping annotations at trace time (free once
+compiled) and reports a mismatch as ``pytreemod.ShapeError``.
+
+>>> import jax.numpy as jnp
+>>> from pytreemod.nn import functional as F
+>>> F.linear(jnp.ones((2, 3)), jnp.ones((3, 4))).shape
+(2, 4)
+"""
+
+from ._ops_attention import combine_masks as combine_masks
+from ._ops_attention import dot_product_attention as dot_product_attention
+from ._ops_attention import dot_product_attention_weights as dot_product_attention_weights
+from ._ops_attention import make_attention_mask as make_attention_mask
+from ._ops_attention import make_causal_mask as make_causal_mask
+from ._ops_attention import update_kv_cache as update_kv_cache
+from ._ops_common import promote_dtype as promote_dtype
+from ._ops_conv import PaddingLike as PaddingLike
+from ._ops_conv import canonicalize_padding as canonicalize_padding
+from ._ops_conv import conv as conv
+from ._ops_conv import conv_transpose as conv_transpose
+from ._ops_dropout import dropout as dropout
+from ._ops_linear import attend as attend
+from ._ops_linear import embed as embed
+from ._ops_linear import linear as linear
+from ._ops_linear import merge_heads as merge_heads
+from ._ops_linear import project_heads as project_heads
+from ._ops_norm import batch_norm as batch_norm
+from ._ops_norm import batch_stats as batch_stats
+from ._ops_norm import compute_stats as compute_stats
+from ._ops_norm import ema as ema
+from ._ops_norm import group_norm as group_norm
+from ._ops_norm import layer_norm as layer_norm
+from ._ops_norm import normalize as normalize
+from ._ops_norm import rms_norm as rms_norm
+from ._ops_pool import avg_pool as avg_pool
+from ._ops_pool import max_pool as max_pool
+from ._ops_pool import min_pool as min_pool
+from ._ops_pool import pool as pool
+
+__all__ = [
+    "PaddingLike",
+    "attend",
+    "avg_pool",
+    "batch_norm",
+    "batch_stats",
+    "canonicalize_padding",
+    "combine_masks",
+    "compute_stats",
+    "conv",
+    "conv_transpose",
+    "dot_product_attention",
+    "dot_product_attention_weights",
+    "dropout",
+    "ema",
+    "embed",
+    "group_norm",
+    "layer_norm",
+    "linear",
+    "make_attention_mask",
+    "make_causal_mask",
+    "max_pool",
+    "merge_heads",
+    "min_pool",
+    "normalize",
+    "pool",
+    "project_heads",
+    "promote_dtype",
+    "rms_norm",
+    "update_kv_cache",
+]

@@ -1,0 +1,263 @@
+"""LayerNorm, RMSNorm, GroupNorm, BatchNorm: numerics vs jnp and Flax; BatchNorm state."""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import pytreemod as pm
+from pytreemod.nn import functional as F
+
+from ._compare import close, linen, run_linen
+
+Key = Callable[[], jax.Array]
+normal = jax.nn.initializers.normal(1.0)
+
+
+def _x(getkey: Key, shape: tuple[int, ...] = (4, 5, 6)) -> jax.Array:
+    return 3.0 + 2.0 * jax.random.normal(getkey(), shape)
+
+
+# ----------------------------------------------------------------------------- LayerNorm
+
+
+def test_layer_norm_matches_reference_and_flax(getkey: Key) -> None:
+    nn = linen()
+    norm = pm.nn.LayerNorm(6, scale_init=normal, bias_init=normal, key=getkey())
+    x = _x(getkey)
+    assert norm.scale is not None and norm.bias is not None
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    scale, bias = norm.scale.value[None, None], norm.bias.value[None, None]
+    ref = (x - mean) / jnp.sqrt(var + 1e-6) * scale + bias
+    y = norm(x)
+    close(y, ref)
+    close(y, run_linen(nn.LayerNorm(), pm.to_variables(norm), x))
+
+
+def test_layer_norm_defaults_are_flax_defaults() -> None:
+    nn = linen()
+    norm = pm.nn.LayerNorm(6)
+    assert norm.epsilon == nn.LayerNorm.epsilon == 1e-6
+    assert norm.scale is not None and norm.bias is not None
+    assert norm.scale.value.tolist() == [1.0] * 6 and norm.bias.value.tolist() == [0.0] * 6
+    assert pm.nn.RMSNorm(6).epsilon == nn.RMSNorm.epsilon == 1e-6
+    assert pm.nn.GroupNorm(6, 3).epsilon == nn.GroupNorm.epsilon == 1e-6
+    bn = pm.nn.BatchNorm(6)
+    flax_bn = (nn.BatchNorm.epsilon, nn.BatchNorm.momentum)
+    assert (bn.epsilon, bn.momentum) == flax_bn == (1e-5, 0.99)
+
+
+def test_layer_norm_options_match_flax(getkey: Key) -> None:
+    nn = linen()
+    x = _x(getkey)
+    norm = pm.nn.LayerNorm((5, 6), reduction_axes=(1, 2), feature_axes=(1, 2), use_bias=False,
+                           scale_init=normal, key=getkey())
+    ref = run_linen(nn.LayerNorm(reduction_axes=(1, 2), feature_axes=(1, 2), use_bias=False),
+                    pm.to_variables(norm), x)
+    close(norm(x), ref)
+    slow = pm.nn.LayerNorm(6, use_fast_variance=False)
+    close(slow(x), run_linen(nn.LayerNorm(use_fast_variance=False), pm.to_variables(slow), x))
+
+
+def test_layer_norm_in_bfloat16_keeps_float32_statistics() -> None:
+    x = jnp.array([[100.0, 101.0, 102.0]], jnp.bfloat16)
+    y = pm.nn.LayerNorm(3)(x)
+    assert y.dtype == jnp.float32  # the parameters are float32, as in Flax
+    close(y, jnp.array([[-1.2247, 0.0, 1.2247]]), tol=1e-2)
+    half = pm.nn.LayerNorm(3, dtype=jnp.bfloat16)
+    assert half(x).dtype == jnp.bfloat16
+
+
+def test_layer_norm_with_mask_matches_flax(getkey: Key) -> None:
+    nn = linen()
+    x = _x(getkey)
+    mask = jnp.arange(6)[None, None, :] < 4
+    norm = pm.nn.LayerNorm(6)
+    close(norm(x, mask=mask), run_linen(nn.LayerNorm(), pm.to_variables(norm), x, mask=mask))
+
+
+def test_layer_norm_feature_mismatch(getkey: Key) -> None:
+    with pytest.raises(
+        pm.ShapeError,
+        match=r"LayerNorm.__call__\(x=f32\[4, 5, 6\]\): dimension 'features' does not agree: "
+        r"scale is f32\[7\] but x f32\[4, 5, 6\] has \(6,\) at feature axes 2",
+    ):
+        pm.nn.LayerNorm(7)(_x(getkey))
+
+
+# ----------------------------------------------------------------------------- RMSNorm
+
+
+def test_rms_norm_matches_reference_and_flax(getkey: Key) -> None:
+    nn = linen()
+    norm = pm.nn.RMSNorm(6, scale_init=normal, key=getkey())
+    x = _x(getkey)
+    assert norm.scale is not None
+    ref = x / jnp.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * norm.scale.value[None, None]
+    close(norm(x), ref)
+    close(norm(x), run_linen(nn.RMSNorm(), pm.to_variables(norm), x))
+
+
+# ----------------------------------------------------------------------------- GroupNorm
+
+
+@pytest.mark.parametrize(("groups", "size"), [(3, None), (None, 1), (1, None)])
+def test_group_norm_matches_reference_and_flax(
+    getkey: Key, groups: int | None, size: int | None
+) -> None:
+    nn = linen()
+    norm = pm.nn.GroupNorm(6, groups, group_size=size, scale_init=normal, bias_init=normal,
+                           key=getkey())
+    x = _x(getkey, (2, 4, 5, 6))
+    ref = run_linen(nn.GroupNorm(num_groups=groups, group_size=size), pm.to_variables(norm), x)
+    close(norm(x), ref)
+    g = norm.num_groups
+    xg = x.reshape(2, 4, 5, g, 6 // g)
+    mean = xg.mean((1, 2, 4), keepdims=True)
+    var = ((xg - mean) ** 2).mean((1, 2, 4), keepdims=True)
+    assert norm.scale is not None and norm.bias is not None
+    manual = ((xg - mean) / jnp.sqrt(var + 1e-6)).reshape(x.shape)
+    manual = manual * norm.scale.value.reshape(1, 1, 1, 6) + norm.bias.value.reshape(1, 1, 1, 6)
+    close(norm(x), manual)
+
+
+def test_group_norm_configuration_errors() -> None:
+    with pytest.raises(pm.LayerConfigError, match=r"num_groups=4 does not divide the 6"):
+        pm.nn.GroupNorm(6, 4)
+    with pytest.raises(pm.LayerConfigError, match=r"exactly one of num_groups and group_size"):
+        pm.nn.GroupNorm(6, 3, group_size=2)
+    with pytest.raises(pm.LayerConfigError, match=r"custom scale_init/bias_init but no key"):
+        pm.nn.GroupNorm(6, 3, scale_init=normal)
+
+
+# ----------------------------------------------------------------------------- BatchNorm
+
+
+def _bn_reference(x: jax.Array, mean: jax.Array, var: jax.Array, bn: pm.nn.BatchNorm) -> jax.Array:
+    assert bn.scale is not None and bn.bias is not None
+    return (x - mean) / jnp.sqrt(var + bn.epsilon) * bn.scale.value[None] + bn.bias.value[None]
+
+
+def test_batch_norm_train_matches_reference_and_flax(getkey: Key) -> None:
+    nn = linen()
+    bn = pm.nn.BatchNorm(6, momentum=0.9, scale_init=normal, bias_init=normal, key=getkey())
+    x = _x(getkey, (8, 6))
+    y, new = pm.apply(bn, x, mutable="batch_stats")
+    mean, var = x.mean(0), x.var(0)
+    close(y, _bn_reference(x, mean[None], var[None], bn))
+    close(new.mean.value, 0.1 * mean)
+    close(new.var.value, 0.9 + 0.1 * var)
+    ref, updates = run_linen(
+        nn.BatchNorm(use_running_average=False, momentum=0.9), pm.to_variables(bn), x,
+        mutable=["batch_stats"],
+    )
+    close(y, ref)
+    close(new.mean.value, updates["batch_stats"]["mean"])
+    close(new.var.value, updates["batch_stats"]["var"])
+    assert bn.mean.value.tolist() == [0.0] * 6  # the input model is unchanged
+
+
+def test_batch_norm_eval_reads_running_stats_and_writes_nothing(getkey: Key) -> None:
+    nn = linen()
+    bn = pm.nn.BatchNorm(6, use_running_average=True)
+    bn = pm.tree_at(lambda m: (m.mean, m.var), bn,
+                    (pm.BatchStat(jnp.arange(6.0)), pm.BatchStat(jnp.full(6, 2.0))))
+    x = _x(getkey, (8, 6))
+    y, same = pm.apply(bn, x, mutable=False)  # no collection mutable: eval only reads
+    assert same is bn
+    close(y, _bn_reference(x, jnp.arange(6.0)[None], jnp.full((1, 6), 2.0), bn))
+    close(y, run_linen(nn.BatchNorm(use_running_average=True), pm.to_variables(bn), x))
+    close(bn(x), y)  # eval works outside apply too
+
+
+def test_batch_norm_train_outside_apply_or_immutable_is_an_error(getkey: Key) -> None:
+    bn = pm.nn.BatchNorm(6)
+    x = _x(getkey, (8, 6))
+    with pytest.raises(pm.StateWriteError, match=r"outside pytreemod.apply"):
+        bn(x)
+    with pytest.raises(
+        pm.StateWriteError, match=r"Cannot update \.mean: collection 'batch_stats' is not mutable"
+    ):
+        pm.apply(bn, x, mutable="params")
+
+    class Net(pm.Module):
+        blocks: tuple[pm.nn.BatchNorm, ...]
+
+        def __call__(self, v: jax.Array) -> jax.Array:
+            return self.blocks[0](v)
+
+    with pytest.raises(pm.StateWriteError, match=r"Cannot update \.blocks\[0\]\.mean"):
+        pm.apply(Net((bn,)), x, mutable="cache")
+
+
+def test_batch_norm_call_argument_overrides_the_field(getkey: Key) -> None:
+    bn = pm.nn.BatchNorm(6)
+    x = _x(getkey, (8, 6))
+    close(bn(x, use_running_average=True), bn(x, True))
+    train = pm.nn.BatchNorm(6, use_running_average=True)
+    _, new = pm.apply(train, x, False, mutable="batch_stats")
+    assert not jnp.allclose(new.mean.value, 0.0)
+
+
+def test_batch_norm_running_stats_over_several_steps_under_jit(getkey: Key) -> None:
+    bn = pm.nn.BatchNorm(6, momentum=0.5)
+
+    @pm.jit
+    def step(model: pm.nn.BatchNorm, x: jax.Array) -> tuple[jax.Array, pm.nn.BatchNorm]:
+        return pm.apply(model, x, mutable="batch_stats")
+
+    xs = [_x(getkey, (8, 6)) for _ in range(3)]
+    model = bn
+    for x in xs:
+        _, model = step(model, x)
+    expected = jnp.zeros(6)
+    for x in xs:
+        expected = 0.5 * expected + 0.5 * x.mean(0)
+    close(model.mean.value, expected)
+
+
+def test_batch_norm_cross_replica_stats_under_vmap(getkey: Key) -> None:
+    bn = pm.nn.BatchNorm(6, axis_name="batch", momentum=0.0)
+    x = _x(getkey, (8, 6))
+
+    def per_example(model: pm.nn.BatchNorm, xi: jax.Array) -> tuple[jax.Array, pm.nn.BatchNorm]:
+        return pm.apply(model, xi, mutable="batch_stats")
+
+    step = pm.jit(pm.vmap(per_example, in_axes=(None, 0), out_axes=(0, None), axis_name="batch"))
+    y, new = step(bn, x)
+    close(new.mean.value, x.mean(0))  # statistics over the whole mapped batch
+    close(new.var.value, x.var(0))
+    plain, _ = pm.apply(bn.replace(axis_name=None), x, mutable="batch_stats")
+    close(y, plain)  # same as normalising the batch at once
+
+
+def test_batch_norm_vmapped_ensemble_keeps_one_state_per_member(getkey: Key) -> None:
+    models = pm.vmap(lambda _: pm.nn.BatchNorm(6, momentum=0.0))(jnp.arange(3))
+    xs = _x(getkey, (3, 8, 6))
+
+    def run(m: pm.nn.BatchNorm, x: jax.Array) -> tuple[jax.Array, pm.nn.BatchNorm]:
+        return pm.apply(m, x, mutable="batch_stats")
+
+    _, new = pm.vmap(run)(models, xs)
+    close(new.mean.value, xs.mean(1))
+
+
+def test_batch_norm_multiple_feature_axes_match_flax(getkey: Key) -> None:
+    nn = linen()
+    bn = pm.nn.BatchNorm((5, 6), axis=(1, 2), scale_init=normal, key=getkey())
+    x = _x(getkey)
+    y, new = pm.apply(bn, x, mutable="batch_stats")
+    ref, updates = run_linen(nn.BatchNorm(use_running_average=False, axis=(1, 2)),
+                             pm.to_variables(bn), x, mutable=["batch_stats"])
+    close(y, ref)
+    close(new.var.value, updates["batch_stats"]["var"])
+
+
+def test_functional_batch_stats_pmean_matches_global(getkey: Key) -> None:
+    x = _x(getkey, (4, 3, 6))
+    mean, var = jax.vmap(lambda xi: F.batch_stats(xi, axis_name="i"), axis_name="i",
+                         out_axes=None)(x)
+    close(mean, x.reshape(-1, 6).mean(0))
+    close(var, x.reshape(-1, 6).var(0))

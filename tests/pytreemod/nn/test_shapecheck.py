@@ -1,0 +1,157 @@
+"""Trace-time shape checks: error messages, zero cost after tracing, none at unflatten."""
+
+from collections.abc import Callable
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+import jaxtyping
+import pytest
+from beartype.vale import Is
+from jaxtyping import Float
+
+import pytreemod as pm
+from pytreemod.nn import functional as F
+
+Key = Callable[[], jax.Array]
+
+
+def test_linear_mismatch_names_class_method_argument_dimension_and_shapes(getkey: Key) -> None:
+    layer = pm.nn.Linear(3, 4, key=getkey())
+    with pytest.raises(pm.ShapeError) as info:
+        layer(jnp.ones((2, 5)))
+    assert str(info.value) == (
+        "Linear.__call__(x=f32[2, 5]): dimension 'in_features' does not agree: it is 3 in "
+        "'kernel' (f32[3, 4], axis 0 of \"in_features out_features\") but 5 in 'x' (f32[2, 5], "
+        'axis 1 of "*batch in_features") (checked in pytreemod.nn.functional.linear)'
+    )
+    assert isinstance(info.value, TypeError)  # like jaxtyping's own TypeCheckError
+
+
+def test_mismatch_under_jit_reports_traced_shapes(getkey: Key) -> None:
+    layer = pm.nn.Linear(3, 4, key=getkey())
+    with pytest.raises(pm.ShapeError, match=r"Linear.__call__\(x=f32\[7, 2, 5\]\).*axis 2"):
+        pm.jit(lambda m, x: m(x))(layer, jnp.ones((7, 2, 5)))
+
+
+def test_functional_op_outside_a_module() -> None:
+    with pytest.raises(pm.ShapeError, match=r"^pytreemod.nn.functional.linear: dimension"):
+        F.linear(jnp.ones((2, 5)), jnp.ones((3, 4)))
+    with pytest.raises(
+        pm.ShapeError,
+        match=r"argument 'kernel' is f32\[3\] \(1 axes\) but its annotation "
+        r'"in_features out_features" needs 2 axes',
+    ):
+        F.linear(jnp.ones((2, 3)), jnp.ones(3))
+    with pytest.raises(pm.ShapeError, match=r"argument 'x' has dtype int32 \(i32\[2, 3\]\); Float"):
+        F.linear(jnp.ones((2, 3), jnp.int32), jnp.ones((3, 4)))
+
+
+def test_attention_key_value_lengths_must_agree() -> None:
+    q = jnp.ones((2, 5, 4, 8))
+    with pytest.raises(
+        pm.ShapeError,
+        match=r"dimension 'kv_len' does not agree: it is 6 in 'value' \(f32\[2, 6, 4, 8\], "
+        r"axis 1 .*but 7 in 'key'",
+    ):
+        F.dot_product_attention(q, jnp.ones((2, 7, 4, 8)), jnp.ones((2, 6, 4, 8)))
+
+
+def test_a_users_module_opts_in_with_one_line(getkey: Key) -> None:
+    class Affine(pm.Module, typecheck=True):
+        w: pm.Param[jax.Array]
+
+        def __call__(self, x: Float[jax.Array, "*b n"]) -> Float[jax.Array, "*b m"]:
+            return F.linear(x, self.w.value)
+
+    model = Affine(pm.Param(jnp.ones((3, 2))))
+    assert model(jnp.ones((4, 3))).shape == (4, 2)
+    with pytest.raises(pm.ShapeError, match=r"^Affine.__call__\(x=f32\[4, 5\]\): dimension"):
+        model(jnp.ones((4, 5)))
+    with pytest.raises(jaxtyping.TypeCheckError, match=r"Affine.__call__"):
+        model(jnp.ones((4, 3), jnp.int32))  # the method's own annotation (jaxtyping's error)
+
+
+def _step_jaxpr(model: object, x: jax.Array) -> str:
+    def loss(m: object, v: jax.Array) -> jax.Array:
+        return jnp.sum(m(v) ** 2)  # type: ignore[operator]
+
+    return str(jax.make_jaxpr(jax.grad(loss))(model, x))
+
+
+def test_jaxpr_is_identical_with_checks_on_and_off(getkey: Key) -> None:
+    model = pm.nn.Sequential([
+        pm.nn.Linear(8, 16, key=getkey()),
+        pm.nn.LayerNorm(16),
+        pm.nn.MultiHeadAttention(2, 16, key=getkey()),
+        pm.nn.MLP(16, 32, 8, key=getkey()),
+    ])
+    x = jnp.ones((2, 5, 8))
+    on = _step_jaxpr(model, x)
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        off = _step_jaxpr(model, x)
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", False)
+    assert on == off
+
+
+def test_jaxpr_is_identical_for_checked_and_unchecked_classes() -> None:
+    def body(self: "Checked | Unchecked", x: jax.Array) -> jax.Array:
+        return F.layer_norm(F.linear(x, self.w.value), jnp.ones(4), jnp.zeros(4))
+
+    class Checked(pm.Module, typecheck=True):
+        w: pm.Param[jax.Array]
+
+        def __call__(self, x: Float[jax.Array, "*b n"]) -> Float[jax.Array, "*b m"]:
+            return body(self, x)
+
+    class Unchecked(pm.Module):
+        w: pm.Param[jax.Array]
+
+        def __call__(self, x: Float[jax.Array, "*b n"]) -> Float[jax.Array, "*b m"]:
+            return body(self, x)
+
+    w = pm.Param(jnp.ones((3, 4)))
+    x = jnp.ones((2, 3))
+    assert _step_jaxpr(Checked(w), x) == _step_jaxpr(Unchecked(w), x)
+
+
+def test_checks_run_once_per_trace_not_per_step() -> None:
+    seen: list[int] = []
+    Counted = Annotated[jax.Array, Is[lambda x: seen.append(1) is None]]
+
+    class Model(pm.Module, typecheck=True):
+        w: pm.Param[jax.Array]
+
+        def __call__(self, x: Counted) -> jax.Array:  # pyright: ignore[reportInvalidTypeForm]
+            return x @ self.w.value
+
+    model = Model(pm.Param(jnp.ones((3, 3))))
+    step = pm.jit(lambda m, x: m(x))
+    step(model, jnp.ones(3))
+    traced = len(seen)
+    assert traced > 0  # checked while tracing (jaxtyping checks arguments, then output)
+    for _ in range(4):
+        step(model, jnp.ones(3))
+    assert len(seen) == traced  # the compiled step does not check
+
+
+def test_no_checks_or_init_when_jax_rebuilds_a_layer(getkey: Key) -> None:
+    calls: list[str] = []
+
+    class Tracked(pm.nn.Linear):
+        def __check_init__(self) -> None:
+            calls.append("check")
+
+    # pyright synthesises a dataclass __init__ for a subclass without one (the inherited
+    # custom __init__ is what runs): reported as a core typing issue.
+    layer = Tracked(3, 4, key=getkey())  # pyright: ignore[reportCallIssue]
+    assert calls == ["check"]
+    _, treedef = jax.tree.flatten(layer)
+    rebuilt = jax.tree.unflatten(treedef, ["not", "arrays"])  # placeholders are fine
+    assert rebuilt.kernel.value == "not"
+    step = pm.jit(lambda m, x: (m, m(x)))
+    for _ in range(3):
+        layer, _ = step(layer, jnp.ones(3))
+    assert calls == ["check"]  # rebuilt every step, constructed once
