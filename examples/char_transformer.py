@@ -67,7 +67,7 @@ class Config:
     layers: int = 4
     heads: int = 4
     context: int = 128
-    batch: int = 32
+    batch: int = 16
     steps: int = 600
     learning_rate: float = 2e-3
     warmup: int = 50

@@ -158,7 +158,7 @@ class LayerConfigError(PytreemodError, ValueError):
 
     Cause: for example ``qkv_features`` not divisible by ``num_heads``, channels not
     divisible by ``num_groups`` or ``feature_group_count``, an unknown padding mode, a
-    dropout rate outside ``[0, 1)``, a stochastic call (Dropout in training mode) without
+    dropout rate outside ``[0, 1]``, a stochastic call (Dropout in training mode) without
     ``key=``, or a decoding call on an attention layer without ``init_cache``.
 
     Fix: the message names the layer and the setting; change the setting, pass the

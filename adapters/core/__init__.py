@@ -7,6 +7,8 @@ layers). Filters (``DenyList``...) and boxes are pytreemod's; every lifted trans
 ``lift.pack`` plus a pytreemod transform. This file only re-exports.
 """
 
+from jax import Array as Array
+
 from . import errors as errors
 from . import lift as lift
 from . import meta as meta
@@ -23,15 +25,15 @@ from ._frozen_dict import pretty_repr as pretty_repr
 from ._frozen_dict import unfreeze as unfreeze
 from ._lifted import broadcast as broadcast
 from ._lifted import checkpoint as checkpoint
-from ._lifted import custom_vjp as custom_vjp
 from ._lifted import jit as jit
-from ._lifted import jvp as jvp
 from ._lifted import remat as remat
 from ._lifted import remat_scan as remat_scan
 from ._lifted import scan as scan
-from ._lifted import vjp as vjp
 from ._lifted import vmap as vmap
-from ._lifted import while_loop as while_loop
+from ._lifted_autodiff import custom_vjp as custom_vjp
+from ._lifted_autodiff import jvp as jvp
+from ._lifted_autodiff import vjp as vjp
+from ._lifted_control import while_loop as while_loop
 from ._scope import DenyList as DenyList
 from ._scope import LazyRng as LazyRng
 from ._scope import Scope as Scope
@@ -41,6 +43,7 @@ from .meta import map_axis_meta as map_axis_meta
 from .meta import unbox as unbox
 
 __all__ = [
+    "Array",
     "AxisMetadata",
     "DenyList",
     "FrozenDict",

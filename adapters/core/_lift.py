@@ -121,8 +121,7 @@ def _partial_pack(
     hidden: list[frozenset[str]] = []
     for root in roots:
         root._populate_collections()
-        present = {c: v for c, v in root._variables.items() if v or c in root._variables}
-        groups = _filters.group_collections(present, in_filters)
+        groups = _filters.group_collections(root._variables, in_filters)
         per_root_vars.append(tuple(_py_scalars_to_arrays(g) for g in groups))
         rng_groups: list[dict[str, Any]] = [{} for _ in rfilters]
         lifted: set[str] = set()

@@ -1,4 +1,6 @@
-"""The lifted transforms: ``pack`` plus one pytreemod (or JAX) transform each.
+"""The lifted ``vmap``, ``scan``, ``remat``/``remat_scan``, ``jit``, ``fold_rngs`` and
+``map_variables``: ``pack`` plus one pytreemod transform each (control flow is in
+``_lifted_control.py``, autodiff in ``_lifted_autodiff.py``).
 
 Every transform here is a small ``inner(scope_fn, repack_fn, variable_groups, rng_groups,
 *args)`` handed to ``pack``. The variable groups are plain dicts, so they go straight into
@@ -7,12 +9,10 @@ group its axis from ``variable_axes`` (``None`` broadcasts) in ``pm.vmap``'s ``i
 ``lift.scan`` passes carried groups as ``pm.Carry``, scanned groups with their axis and
 broadcast groups as ``None`` to ``pm.scan``. The pytreemod transform calls
 ``add_axis``/``remove_axis`` on axis-metadata boxes with ``metadata_params``; there is no
-second implementation of vmap or scan here. ``jvp``, ``vjp`` and ``custom_vjp`` use JAX's
-transforms directly (pytreemod has no counterpart; the groups are plain PyTrees).
+second implementation of vmap or scan here.
 
-Limits (the lifting note's table), each a clear error: carry variables cannot be created
-inside a ``scan``/``while_loop`` body (``CarryVariableInitError``); ``cond``/``switch``
-branches must create and update the same variables (``BranchVariableMismatchError``).
+Limit (the lifting note's table): carry variables cannot be created inside a ``scan``
+body (``CarryVariableInitError``).
 """
 
 import dataclasses
@@ -20,22 +20,19 @@ import functools
 import threading
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax import lax
 
 import pytreemod as pm
 
 from . import _filters
-from ._errors import BranchVariableMismatchError, CarryVariableInitError, LiftError
+from ._errors import LiftError
 from ._frozen_dict import unfreeze
 from ._lift import pack
+from ._lift_util import NO_AXES, is_scope, merge_carry, scope_paths, unzip2
 from ._scope import Scope
-
-C = TypeVar("C")
-_NO_AXES: Mapping[Any, Any] = types.MappingProxyType({})
 
 
 class _Broadcast:
@@ -68,11 +65,6 @@ def _split_in_out_axes(xs: Mapping[Any, Any]) -> tuple[dict[Any, Any], dict[Any,
     ins = {k: unwrap(v) for k, v in xs.items() if not isinstance(v, Out)}
     outs = {k: unwrap(v) for k, v in xs.items() if not isinstance(v, In)}
     return ins, outs
-
-
-def _unzip2(items: Iterable[tuple[Any, Any]]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    pairs = tuple(items)
-    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
 def _per_arg(spec: Any, nargs: int, what: str) -> tuple[Any, ...]:
@@ -142,41 +134,6 @@ def _contains(spec: Any, marker: Any) -> bool:
     return False
 
 
-def _paths(tree: Any) -> set[str]:
-    return {
-        jax.tree_util.keystr(p)
-        for p, _ in jax.tree_util.tree_flatten_with_path(tree, is_leaf=pm.is_box)[0]
-    }
-
-
-def _scope_paths(scope_tree: Any) -> str:
-    scopes = jax.tree.leaves(scope_tree, is_leaf=lambda x: isinstance(x, Scope))
-    return ", ".join(f'"{s.path_text}"' for s in scopes if isinstance(s, Scope))
-
-
-def _merge_carry(
-    what: str, where: str, before: tuple[dict[str, Any], ...], after: tuple[dict[str, Any], ...]
-) -> tuple[dict[str, Any], ...]:
-    """The carried groups after one iteration; immutable carried collections pass through.
-
-    Raises ``CarryVariableInitError`` if the iteration created carry variables.
-    """
-    merged = []
-    for b, a in zip(before, after):
-        m = dict(a)
-        for col, value in b.items():
-            m.setdefault(col, value)
-        if jax.tree.structure(m, is_leaf=pm.is_box) != jax.tree.structure(b, is_leaf=pm.is_box):
-            new = sorted(_paths(m) - _paths(b)) or sorted(_paths(m) ^ _paths(b))
-            raise CarryVariableInitError(
-                f"lift.{what} at {where}: carry variables cannot be initialized inside the "
-                f"{what} body, but the body created or removed {', '.join(new)}. Create the "
-                f"carry variables before the {what} (e.g. call the body once outside it)."
-            )
-        merged.append(m)
-    return tuple(merged)
-
-
 # ----------------------------------------------------------------------------- vmap
 
 
@@ -216,9 +173,9 @@ def vmap(
     (3, 2, 4)
     """
     var_in, var_out = _split_in_out_axes(variable_axes)
-    in_groups, in_axes_v = _unzip2(var_in.items())
-    out_groups, out_axes_v = _unzip2(var_out.items())
-    rng_filters, rng_splits = _unzip2(split_rngs.items())
+    in_groups, in_axes_v = unzip2(var_in.items())
+    out_groups, out_axes_v = unzip2(var_out.items())
+    rng_filters, rng_splits = unzip2(split_rngs.items())
     rng_axes = tuple(0 if split else None for split in rng_splits)
     params = dict(metadata_params or {})
 
@@ -285,10 +242,10 @@ def _slice_prefix(spec: Any, tree: Any, index: int, params: Mapping[Any, Any]) -
 
 def scan(
     fn: Callable[..., Any],
-    variable_axes: Mapping[Any, Any] = _NO_AXES,
+    variable_axes: Mapping[Any, Any] = NO_AXES,
     variable_broadcast: Any = False,
     variable_carry: Any = False,
-    split_rngs: Mapping[Any, bool] = _NO_AXES,
+    split_rngs: Mapping[Any, bool] = NO_AXES,
     in_axes: Any = 0,
     out_axes: Any = 0,
     length: int | None = None,
@@ -326,8 +283,8 @@ def scan(
     supported.
     """
     var_in, var_out = _split_in_out_axes(variable_axes)
-    in_groups, in_axes_v = _unzip2(var_in.items())
-    out_groups, out_axes_v = _unzip2(var_out.items())
+    in_groups, in_axes_v = unzip2(var_in.items())
+    out_groups, out_axes_v = unzip2(var_out.items())
     for ax in (*in_axes_v, *out_axes_v):
         if not isinstance(ax, int) or isinstance(ax, bool):
             raise LiftError(
@@ -339,7 +296,7 @@ def scan(
             "lift.scan: broadcast outputs (broadcast in out_axes) are not supported; return "
             "the value from outside the scan instead."
         )
-    rng_filters, rng_splits = _unzip2(split_rngs.items())
+    rng_filters, rng_splits = unzip2(split_rngs.items())
     rng_axes = tuple(0 if split else None for split in rng_splits)
     params = dict(metadata_params or {})
     bcast_filter = _filters.to_filter(variable_broadcast)
@@ -363,8 +320,8 @@ def scan(
         bcast_out: tuple[dict[str, Any], ...] = tuple({} for _ in bcast_in)
 
         probe = scope_fn(variable_groups, rng_groups)
-        scopes = [s for s in jax.tree.leaves(probe, is_leaf=_is_scope) if _is_scope(s)]
-        where = _scope_paths(probe)
+        scopes = [s for s in jax.tree.leaves(probe, is_leaf=is_scope) if is_scope(s)]
+        where = scope_paths(probe)
         for s in scopes:
             s.invalidate()
         if any(_filters.may_overlap(s.mutable, bcast_filter, tuple(s._variables)) for s in scopes):
@@ -392,7 +349,7 @@ def scan(
             scope = scope_fn(groups, rngs, mutable_filter=read_only_broadcast)
             c, y = fn(scope, c, *xs)
             out = repack_fn(scope)
-            new_carry = _merge_carry("scan", where, carry_vars, out[1])
+            new_carry = merge_carry("scan", where, carry_vars, out[1])
             return (new_carry, c), (y, tuple(out[2:]))
 
         (carry_out, c), (ys, scan_out) = pm.scan(
@@ -413,10 +370,6 @@ def scan(
         rng_filters,
         name="scan",
     )
-
-
-def _is_scope(x: Any) -> bool:
-    return isinstance(x, Scope)
 
 
 def remat_scan(
@@ -476,152 +429,6 @@ def remat_scan(
 
     looped = remat(inner_loop, policy=policy, prevent_cse=False)
     return lambda scope, c: scan_fn(looped, length=lengths[0])(scope, c)[0]
-
-
-# ----------------------------------------------------------------------------- while_loop
-
-
-def while_loop(
-    cond_fn: Callable[[Scope, C], Any],
-    body_fn: Callable[[Scope, C], C],
-    scope: Scope,
-    init: C,
-    carry_variables: Any = False,
-    broadcast_variables: Any = True,
-    split_rngs: Mapping[Any, bool] = _NO_AXES,
-) -> C:
-    """A lifted ``jax.lax.while_loop`` (``pack`` plus ``pytreemod.while_loop``).
-
-    ``cond_fn(scope, carry)`` sees every lifted collection read-only; ``body_fn(scope,
-    carry) -> carry`` may update ``carry_variables``, which must exist before the loop
-    (``CarryVariableInitError`` otherwise). ``broadcast_variables`` are read-only. Split
-    streams get the iteration number folded in.
-    """
-    rng_filters, rng_splits = _unzip2(split_rngs.items())
-
-    def inner(
-        scope_fn: Callable[..., Any],
-        repack_fn: Callable[..., Any],
-        variable_groups: Any,
-        rng_groups: Any,
-    ) -> Any:
-        carry_vars, bcast_vars = variable_groups
-        probe = scope_fn(variable_groups, rng_groups)
-        where = _scope_paths(probe)
-        for s in jax.tree.leaves(probe, is_leaf=_is_scope):
-            if isinstance(s, Scope):
-                s.invalidate()
-
-        def loop_rngs(i: Any) -> tuple[Any, ...]:
-            return tuple(
-                jax.tree.map(lambda k: jax.random.fold_in(k, i), g) if split else g
-                for g, split in zip(rng_groups, rng_splits)
-            )
-
-        def cond_wrapper(state: Any) -> Any:
-            i, cv, c = state
-            s = scope_fn((cv, bcast_vars), loop_rngs(-i), mutable_filter=False)
-            return cond_fn(s, c)
-
-        def body_wrapper(state: Any) -> Any:
-            i, cv, c = state
-            s = scope_fn((cv, bcast_vars), loop_rngs(i))
-            c = body_fn(s, c)
-            (out,) = repack_fn(s)
-            return i + 1, _merge_carry("while_loop", where, cv, out), c
-
-        start = (jnp.asarray(0, jnp.int32), carry_vars, init)
-        _, carry_vars, c = pm.while_loop(cond_wrapper, body_wrapper, start)
-        return c, (carry_vars,)
-
-    return pack(
-        inner,
-        (carry_variables, broadcast_variables),
-        (carry_variables,),
-        rng_filters,
-        name="while_loop",
-    )(scope)
-
-
-# ----------------------------------------------------------------------------- cond/switch
-
-
-def _branching(
-    kind: str,
-    branches: Sequence[Callable[..., Any]],
-    run: Callable[..., Any],
-    scope: Any,
-    operands: tuple[Any, ...],
-    variables: Any,
-    rngs: Any,
-) -> Any:
-    def inner(
-        scope_fn: Callable[..., Any],
-        repack_fn: Callable[..., Any],
-        variable_groups: Any,
-        rng_groups: Any,
-    ) -> Any:
-        seen: list[tuple[int, Any, set[str]]] = []
-
-        def make(i: int, branch: Callable[..., Any]) -> Callable[..., Any]:
-            def wrapper(variable_groups: Any, rng_groups: Any, *ops: Any) -> Any:
-                s = scope_fn(variable_groups, rng_groups)
-                where = _scope_paths(s)
-                y = branch(s, *ops)
-                out = repack_fn(s)
-                structure = jax.tree.structure(out, is_leaf=pm.is_box)
-                if seen and structure != seen[0][1]:
-                    j, _, first = seen[0]
-                    mine = _paths(out)
-                    only_i = sorted(mine - first) or ["(none)"]
-                    only_j = sorted(first - mine) or ["(none)"]
-                    raise BranchVariableMismatchError(
-                        f"lift.{kind} at {where}: branch {i} and branch {j} create or update "
-                        f"different variables (only in branch {i}: {', '.join(only_i)}; only "
-                        f"in branch {j}: {', '.join(only_j)}). Every branch must create and "
-                        "update the same variables; run all branches once at init first."
-                    )
-                seen.append((i, structure, _paths(out)))
-                return y, out
-
-            return wrapper
-
-        fns = [make(i, b) for i, b in enumerate(branches)]
-        return run(fns, tuple(variable_groups), tuple(rng_groups), *operands)
-
-    return pack(inner, (variables,), (variables,), (rngs,), name=kind)(scope)
-
-
-def cond(
-    pred: Any,
-    true_fun: Callable[..., C],
-    false_fun: Callable[..., C],
-    scope: Any,
-    *operands: Any,
-    variables: Any = True,
-    rngs: Any = True,
-) -> C:
-    """A lifted ``jax.lax.cond`` (``pack`` plus ``pytreemod.cond``).
-
-    Both branches get a scope with the lifted ``variables`` and ``rngs``; they must
-    return the same structure and create/update the same variables
-    (``BranchVariableMismatchError`` otherwise).
-    """
-    run = lambda fns, *ops: pm.cond(pred, fns[0], fns[1], *ops)
-    return _branching("cond", [true_fun, false_fun], run, scope, operands, variables, rngs)
-
-
-def switch(
-    index: Any,
-    branches: Sequence[Callable[..., C]],
-    scope: Any,
-    *operands: Any,
-    variables: Any = True,
-    rngs: Any = True,
-) -> C:
-    """A lifted ``jax.lax.switch`` (``pack`` plus ``pytreemod.switch``); see ``cond``."""
-    run = lambda fns, *ops: pm.switch(index, fns, *ops)
-    return _branching("switch", list(branches), run, scope, operands, variables, rngs)
 
 
 # ----------------------------------------------------------------------------- remat, jit
@@ -756,10 +563,10 @@ def jit(
         **kwargs: Any,
     ) -> Any:
         probe = scope_fn(variable_groups, rng_groups)
-        scopes = jax.tree.leaves(probe, is_leaf=_is_scope)
+        scopes = jax.tree.leaves(probe, is_leaf=is_scope)
         fingerprint = _Static(
             (
-                jax.tree.structure(probe, is_leaf=_is_scope),
+                jax.tree.structure(probe, is_leaf=is_scope),
                 tuple(
                     (s.path, s.debug_path, s.mutable, s.flags, s._lift.key() if s._lift else None)
                     for s in scopes
@@ -803,190 +610,6 @@ def fold_rngs(
     return pack(inner, (variables,), (variables,), (rngs,), name="fold_rngs", enable_kwargs=True)
 
 
-# ----------------------------------------------------------------------------- autodiff
-
-
-def vjp(
-    fn: Callable[..., Any],
-    scope: Any,
-    *primals: Any,
-    has_aux: bool = False,
-    reduce_axes: tuple[Any, ...] = (),
-    vjp_variables: Any = "params",
-    variables: Any = True,
-    rngs: Any = True,
-) -> Any:
-    """A lifted ``jax.vjp``: ``(y, vjp_fn)`` (``(y, vjp_fn, aux)`` with ``has_aux``).
-
-    ``vjp_fn(y_cotangent)`` returns ``(variables_cotangent, *primals_cotangents)``, the
-    first for the ``vjp_variables`` collections (a ``{collection: ...}`` dict per scope).
-    """
-    if reduce_axes:
-        raise LiftError("lift.vjp: reduce_axes is not supported (JAX removed it).")
-
-    def inner(
-        scope_fn: Callable[..., Any],
-        repack_fn: Callable[..., Any],
-        variable_groups: Any,
-        rng_groups: Any,
-        *args: Any,
-    ) -> Any:
-        vjp_vars, other_vars = variable_groups
-
-        def wrapper(vjp_vars: Any, *args: Any) -> Any:
-            s = scope_fn((vjp_vars, other_vars), rng_groups)
-            if has_aux:
-                y, aux = fn(s, *args)
-            else:
-                y, aux = fn(s, *args), ()
-            return y, (aux, repack_fn(s))
-
-        y, bwd, (aux, out_vars) = jax.vjp(wrapper, vjp_vars, *args, has_aux=True)
-        treedef = jax.tree.structure(scope, is_leaf=_is_scope)
-        bwd = jax.tree_util.Partial(functools.partial(_bwd_wrapper, treedef), bwd)
-        return ((y, bwd, aux) if has_aux else (y, bwd)), out_vars
-
-    return pack(inner, (vjp_variables, variables), (variables,), (rngs,), name="vjp")(
-        scope, *primals
-    )
-
-
-def _bwd_wrapper(treedef: Any, bwd_fn: Callable[..., Any], tangent: Any) -> Any:
-    vars_grad, *inputs_grad = bwd_fn(tangent)
-    return (treedef.unflatten(vars_grad), *inputs_grad)
-
-
-def jvp(
-    fn: Callable[..., Any],
-    scope: Any,
-    primals: Sequence[Any],
-    tangents: Sequence[Any],
-    variable_tangents: Any,
-    variables: Any = True,
-    rngs: Any = True,
-) -> tuple[Any, Any]:
-    """A lifted ``jax.jvp``: ``(fn(scope, *primals), tangent_out)``.
-
-    ``variable_tangents`` is ``{collection: tangents}`` (per scope for a tree of scopes);
-    the collections it names are differentiated, the others held constant.
-    """
-    treedef = jax.tree.structure(scope, is_leaf=_is_scope)
-    var_tangents = tuple(
-        {k: v for k, v in vt.items() if v} for vt in treedef.flatten_up_to(variable_tangents)
-    )
-    target = tuple(var_tangents[0].keys()) if var_tangents else ()
-
-    def inner(
-        scope_fn: Callable[..., Any],
-        repack_fn: Callable[..., Any],
-        variable_groups: Any,
-        rng_groups: Any,
-        *args: Any,
-    ) -> Any:
-        jvp_vars, other_vars = variable_groups
-
-        def wrapper(vars_primals: Any, args: Any) -> Any:
-            s = scope_fn((vars_primals, other_vars), rng_groups)
-            y = fn(s, *args)
-            return y, repack_fn(s)
-
-        (y, out_vars), out_tangents = jax.jvp(
-            wrapper, (jvp_vars, tuple(args)), (var_tangents, tuple(tangents))
-        )
-        return (y, out_tangents[0]), out_vars
-
-    return pack(inner, (target, variables), (variables,), (rngs,), name="jvp")(scope, *primals)
-
-
-def value_and_grad(
-    fn: Callable[..., Any],
-    scope: Any,
-    *primals: Any,
-    has_aux: bool = False,
-    reduce_axes: tuple[Any, ...] = (),
-    variables: Any = True,
-    rngs: Any = True,
-) -> Any:
-    """A lifted ``jax.value_and_grad`` with respect to the inputs (``pytreemod.value_and_grad``).
-
-    Returns ``(y, grads)`` (``(y, aux, grads)`` with ``has_aux``), ``grads`` a tuple with
-    one entry per primal. Variables are not differentiated (use ``vjp`` for that).
-    """
-    if reduce_axes:
-        raise LiftError("lift.value_and_grad: reduce_axes is not supported (JAX removed it).")
-
-    def inner(
-        scope_fn: Callable[..., Any],
-        repack_fn: Callable[..., Any],
-        variable_groups: Any,
-        rng_groups: Any,
-        *args: Any,
-    ) -> Any:
-        def wrapper(*args: Any) -> Any:
-            s = scope_fn(variable_groups, rng_groups)
-            if has_aux:
-                y, aux = fn(s, *args)
-            else:
-                y, aux = fn(s, *args), ()
-            return y, (aux, repack_fn(s))
-
-        (y, (aux, out_vars)), grads = pm.value_and_grad(
-            wrapper, argnums=tuple(range(len(args))), has_aux=True
-        )(*args)
-        return ((y, aux, grads) if has_aux else (y, grads)), out_vars
-
-    return pack(inner, (variables,), (variables,), (rngs,), name="value_and_grad")(scope, *primals)
-
-
-def custom_vjp(
-    fn: Callable[..., Any],
-    forward_fn: Callable[..., Any],
-    backward_fn: Callable[..., Any],
-    grad_vars: Any = "params",
-    nondiff_argnums: tuple[int, ...] = (),
-) -> Callable[..., Any]:
-    """A lifted ``jax.custom_vjp``.
-
-    ``forward_fn(scope, *args) -> (y, residuals)``; ``backward_fn(*nondiff_args,
-    residuals, y_cotangent) -> (variables_cotangent, *args_cotangents)`` where the first
-    entry is a ``{collection: ...}`` dict (per scope) for the ``grad_vars`` collections.
-    ``nondiff_argnums`` are positions in ``fn``'s signature (the scope being 0).
-    """
-
-    def inner(
-        scope_fn: Callable[..., Any],
-        repack_fn: Callable[..., Any],
-        variable_groups: Any,
-        rng_groups: Any,
-        *args: Any,
-    ) -> Any:
-        grad_variables, other_variables = variable_groups
-        treedef_cell: list[Any] = []
-
-        def f(grad_variables: Any, *args: Any) -> Any:
-            s = scope_fn((grad_variables, other_variables), rng_groups)
-            y = fn(s, *args)
-            return y, repack_fn(s)
-
-        def f_fwd(grad_variables: Any, *args: Any) -> Any:
-            s = scope_fn((grad_variables, other_variables), rng_groups)
-            treedef_cell[:] = [jax.tree.structure(s, is_leaf=_is_scope)]
-            y, res = forward_fn(s, *args)
-            return (y, repack_fn(s)), res
-
-        def f_bwd(*bwd_args: Any) -> Any:
-            nondiff, (res, g) = bwd_args[:-2], bwd_args[-2:]
-            g_y, _ = g
-            var_t, *inputs_t = backward_fn(*nondiff, res, g_y)
-            return (tuple(treedef_cell[0].flatten_up_to(var_t)), *inputs_t)
-
-        custom = jax.custom_vjp(f, nondiff_argnums=nondiff_argnums)
-        custom.defvjp(f_fwd, f_bwd)
-        return custom(grad_variables, *args)
-
-    return pack(inner, (grad_vars, True), (grad_vars, True), (True,), name="custom_vjp")
-
-
 # ----------------------------------------------------------------------------- variables
 
 
@@ -1027,7 +650,7 @@ def map_variables(
         target, rest = variable_groups
         if init:
             scopes = scope_fn((target, rest), rng_groups)
-            leaves = [s for s in jax.tree.leaves(scopes, is_leaf=_is_scope) if _is_scope(s)]
+            leaves = [s for s in jax.tree.leaves(scopes, is_leaf=is_scope) if is_scope(s)]
             if any(not _filters.is_filter_empty(s.mutable) for s in leaves):
                 fn(scopes, *args, **kwargs)
                 target, _ = repack(scopes)

@@ -21,6 +21,7 @@ import collections
 import contextlib
 import functools
 import hashlib
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
@@ -209,28 +210,36 @@ def _rebox(current: Any, value: Any) -> Any:
     return cur_def.unflatten(new)
 
 
-# Shapes an initializer produces, keyed by (init_fn, args, kwargs) when hashable: the
-# parameter shape check then costs one dict lookup instead of a jax.eval_shape per read.
-_INIT_SHAPES: "collections.OrderedDict[Any, list[tuple[int, ...]]]" = collections.OrderedDict()
-_INIT_SHAPES_MAX = 4096
+# Shapes an initializer produces, per init_fn (weakly: a closure that dies takes its
+# entries with it) and per hashable (args, kwargs): the parameter shape check then costs a
+# dict lookup instead of a jax.eval_shape per read.
+_INIT_SHAPES: "weakref.WeakKeyDictionary[Any, dict[Any, list[tuple[int, ...]]]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _init_shapes(
     init_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> list[tuple[int, ...]]:
-    key: Any = (init_fn, args, tuple(sorted(kwargs.items())) if kwargs else ())
+    per_fn: dict[Any, list[tuple[int, ...]]] | None
+    key: Any = (args, tuple(sorted(kwargs.items())) if kwargs else ())
     try:
-        hit = _INIT_SHAPES.get(key)
-    except TypeError:
-        key, hit = None, None
+        per_fn = _INIT_SHAPES.get(init_fn)
+        hit = per_fn.get(key) if per_fn is not None else None
+    except TypeError:  # not weakly referenceable, or unhashable arguments
+        per_fn, hit, key = None, None, None
     if hit is not None:
         return hit
     abstract = jax.eval_shape(lambda: init_fn(jax.random.key(0), *args, **kwargs))
     shapes = [tuple(x.shape) for x in jax.tree.leaves(abstract)]
     if key is not None:
-        _INIT_SHAPES[key] = shapes
-        if len(_INIT_SHAPES) > _INIT_SHAPES_MAX:
-            _INIT_SHAPES.popitem(last=False)
+        try:
+            if per_fn is None:
+                per_fn = _INIT_SHAPES.setdefault(init_fn, {})
+            if len(per_fn) < 256:
+                per_fn[key] = shapes
+        except TypeError:
+            pass
     return shapes
 
 

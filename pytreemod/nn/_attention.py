@@ -17,7 +17,7 @@ from . import _ops_linear as L
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._normalization import LayerNorm
 from ._ops_common import var_value
-from ._shapecheck import AnyArray
+from ._shapecheck import AnyArray, checked
 
 _MHA = TypeVar("_MHA", bound="MultiHeadAttention")
 
@@ -67,6 +67,7 @@ class ProjectHeads(Module, typecheck=True):
         self.dtype = dtype
         self.precision = precision
 
+    @checked
     def __call__(
         self, x: Float[AnyArray, "*batch in_features"]
     ) -> Float[jax.Array, "*batch heads head_dim"]:
@@ -117,6 +118,7 @@ class MergeHeads(Module, typecheck=True):
         self.dtype = dtype
         self.precision = precision
 
+    @checked
     def __call__(
         self, x: Float[AnyArray, "*batch heads head_dim"]
     ) -> Float[jax.Array, "*batch out_features"]:
@@ -137,15 +139,18 @@ def _init_flat(
     ``in_axis``/``out_axis`` for the right fan-in, e.g. ``lecun_normal(in_axis=0,
     out_axis=(1, 2))`` for ``ProjectHeads``)."""
     flat = (math.prod(shape[:split]), math.prod(shape[split:]))
-    try:
-        value = init(key, flat, dtype)
+    try:  # tracing only: does the initializer box its result with per-axis names?
+        probe = jax.eval_shape(lambda k: init(k, shape, dtype), key)
     except AxisMetadataError:
-        return init(key, shape, dtype)
-    if isinstance(value, AxisMetadata):
         raise LayerConfigError(
-            f"A partitioned kernel initializer named the axes of the flattened {flat} matrix; "
-            f"name each axis of the kernel's full shape {shape} instead."
-        )
+            f"A partitioned kernel initializer names the axes of the flattened {flat} "
+            f"matrix; name each axis of the kernel's full shape {shape} instead."
+        ) from None
+    except Exception:  # an initializer that cannot be traced: assume a plain array
+        probe = None
+    if isinstance(probe, AxisMetadata):
+        return init(key, shape, dtype)
+    value = init(key, flat, dtype)
     return jnp.reshape(value, shape)
 
 
@@ -189,9 +194,6 @@ class MultiHeadAttention(Module, typecheck=True):
     >>> x = jnp.ones((2, 10, 32))                     # (*batch, length, in_features)
     >>> mask = pm.nn.make_causal_mask(jnp.ones((2, 10)))  # (*batch, 1, length, length)
     >>> attn(x, mask=mask).shape                      # (*batch, length, out_features)
-    (2, 10, 32)
-    >>> memory = jnp.ones((2, 7, 32))                 # cross-attention: (*batch, kv_len, kv)
-    >>> attn(x, memory).shape
     (2, 10, 32)
     >>> layer = attn.init_cache(2, max_len=10)
     >>> y, layer = pm.apply(layer.decode, x[:, :1], mutable="cache")  # one step
@@ -294,6 +296,7 @@ class MultiHeadAttention(Module, typecheck=True):
             q, k = self.query_ln(q), self.key_ln(k)
         return q, k, v
 
+    @checked
     def __call__(
         self,
         inputs_q: Float[AnyArray, "*batch q_len q_features"],
@@ -364,6 +367,7 @@ class MultiHeadAttention(Module, typecheck=True):
             cache_index=Cache(jnp.zeros((), jnp.int32)),
         )
 
+    @checked
     def decode(
         self,
         inputs: Float[AnyArray, "*batch steps in_features"],

@@ -14,7 +14,7 @@ from . import _ops_conv as F
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._ops_common import as_tuple, var_value
 from ._ops_conv import PaddingLike
-from ._shapecheck import AnyArray
+from ._shapecheck import AnyArray, checked
 
 
 def _kernel_size(kernel_size: int | Sequence[int], num_spatial_dims: int | None) -> tuple[int, ...]:
@@ -102,12 +102,12 @@ class Conv(Module, typecheck=True):
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
-    >>> conv = pm.nn.Conv(3, 16, (3, 3), strides=2, key=jax.random.key(0))
+    >>> conv = pm.nn.Conv(3, 8, (3, 3), strides=2, key=jax.random.key(0))
     >>> conv.kernel.shape          # (*kernel_size, in_features, out_features)
-    (3, 3, 3, 16)
-    >>> x = jnp.ones((8, 32, 32, 3))  # (*batch, height, width, in_features)
+    (3, 3, 3, 8)
+    >>> x = jnp.ones((2, 16, 16, 3))  # (*batch, height, width, in_features)
     >>> conv(x).shape              # (*batch, height / 2, width / 2, out_features)
-    (8, 16, 16, 16)
+    (2, 8, 8, 8)
     """
 
     kernel: Param[jax.Array]
@@ -150,7 +150,11 @@ class Conv(Module, typecheck=True):
                 f"Conv: in_features={in_features} and out_features={out_features} must both "
                 f"be divisible by feature_group_count={feature_group_count}."
             )
-        F.canonicalize_padding(padding, n)  # reject a bad padding now, not at call time
+        # Check every setting before spending time on initialisation.
+        F.canonicalize_padding(padding, n)
+        self.strides = as_tuple(strides, n, "strides")
+        self.input_dilation = as_tuple(input_dilation, n, "input_dilation")
+        self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation")
         kkey, bkey = jax.random.split(key)
         shape = (*size, in_features // feature_group_count, out_features)
         self.kernel = Param(kernel_init(kkey, shape, param_dtype))
@@ -158,14 +162,12 @@ class Conv(Module, typecheck=True):
         self.in_features = in_features
         self.out_features = out_features
         self.kernel_size = size
-        self.strides = as_tuple(strides, n, "strides")
         self.padding = _padding(padding)
-        self.input_dilation = as_tuple(input_dilation, n, "input_dilation")
-        self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation")
         self.feature_group_count = feature_group_count
         self.dtype = dtype
         self.precision = precision
 
+    @checked
     def __call__(
         self, x: Float[AnyArray, "*batch_and_spatial in_features"]
     ) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
@@ -210,8 +212,8 @@ class Conv2d(Conv):
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
     >>> conv = pm.nn.Conv2d(3, 8, 3, padding="VALID", key=jax.random.key(0))
-    >>> conv(jnp.ones((2, 5, 5, 3))).shape  # (batch, h, w, in) -> (batch, h-2, w-2, out)
-    (2, 3, 3, 8)
+    >>> conv(jnp.ones((2, 16, 16, 3))).shape  # (batch, h, w, in) -> (batch, h-2, w-2, out)
+    (2, 14, 14, 8)
     """
 
     def __init__(
@@ -229,7 +231,7 @@ class Conv3d(Conv):
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
-    >>> conv = pm.nn.Conv3d(1, 4, 3, key=jax.random.key(0))
+    >>> conv = pm.nn.Conv3d(1, 4, 2, key=jax.random.key(0))
     >>> conv(jnp.ones((2, 4, 4, 4, 1))).shape  # (batch, d, h, w, in) -> (..., out)
     (2, 4, 4, 4, 4)
     """
@@ -259,10 +261,10 @@ class ConvTranspose(Module, typecheck=True):
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
-    >>> up = pm.nn.ConvTranspose(8, 4, (3, 3), strides=2, key=jax.random.key(0))
-    >>> x = jnp.ones((2, 16, 16, 8))  # (*batch, height, width, in_features)
-    >>> up(x).shape                   # (*batch, 2 height, 2 width, out_features)
-    (2, 32, 32, 4)
+    >>> up = pm.nn.ConvTranspose(3, 8, (3, 3), strides=2, key=jax.random.key(0))
+    >>> x = jnp.ones((2, 8, 8, 3))  # (*batch, height, width, in_features)
+    >>> up(x).shape                 # (*batch, 2 height, 2 width, out_features)
+    (2, 16, 16, 8)
     """
 
     kernel: Param[jax.Array]
@@ -299,6 +301,8 @@ class ConvTranspose(Module, typecheck=True):
         size = _kernel_size(kernel_size, num_spatial_dims)
         n = len(size)
         F.canonicalize_padding(padding, n)
+        self.strides = as_tuple(strides, n, "strides")
+        self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation")
         kkey, bkey = jax.random.split(key)
         io = (out_features, in_features) if transpose_kernel else (in_features, out_features)
         self.kernel = Param(kernel_init(kkey, (*size, *io), param_dtype))
@@ -306,13 +310,12 @@ class ConvTranspose(Module, typecheck=True):
         self.in_features = in_features
         self.out_features = out_features
         self.kernel_size = size
-        self.strides = as_tuple(strides, n, "strides")
         self.padding = _padding(padding)
-        self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation")
         self.transpose_kernel = transpose_kernel
         self.dtype = dtype
         self.precision = precision
 
+    @checked
     def __call__(
         self, x: Float[AnyArray, "*batch_and_spatial in_features"]
     ) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
@@ -335,9 +338,9 @@ class ConvTranspose1d(ConvTranspose):
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
-    >>> up = pm.nn.ConvTranspose1d(4, 2, 3, strides=2, key=jax.random.key(0))
-    >>> up(jnp.ones((1, 8, 4))).shape  # (batch, length, in) -> (batch, 2 length, out)
-    (1, 16, 2)
+    >>> up = pm.nn.ConvTranspose1d(4, 8, 3, strides=2, key=jax.random.key(0))
+    >>> up(jnp.ones((2, 10, 4))).shape  # (batch, length, in) -> (batch, 2 length, out)
+    (2, 20, 8)
     """
 
     def __init__(
@@ -355,9 +358,9 @@ class ConvTranspose2d(ConvTranspose):
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
-    >>> up = pm.nn.ConvTranspose2d(4, 2, 3, strides=2, key=jax.random.key(0))
-    >>> up(jnp.ones((1, 8, 8, 4))).shape  # (batch, h, w, in) -> (batch, 2h, 2w, out)
-    (1, 16, 16, 2)
+    >>> up = pm.nn.ConvTranspose2d(3, 8, 3, strides=2, key=jax.random.key(0))
+    >>> up(jnp.ones((2, 8, 8, 3))).shape  # (batch, h, w, in) -> (batch, 2h, 2w, out)
+    (2, 16, 16, 8)
     """
 
     def __init__(
@@ -375,9 +378,9 @@ class ConvTranspose3d(ConvTranspose):
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
-    >>> up = pm.nn.ConvTranspose3d(2, 1, 2, strides=2, key=jax.random.key(0))
-    >>> up(jnp.ones((1, 4, 4, 4, 2))).shape  # (batch, d, h, w, in) -> (..., 2d, 2h, 2w, out)
-    (1, 8, 8, 8, 1)
+    >>> up = pm.nn.ConvTranspose3d(1, 4, 2, strides=2, key=jax.random.key(0))
+    >>> up(jnp.ones((2, 4, 4, 4, 1))).shape  # (batch, d, h, w, in) -> (..., 2d, 2h, 2w, out)
+    (2, 8, 8, 8, 4)
     """
 
     def __init__(

@@ -8,7 +8,7 @@ from jaxtyping import Shaped
 from .._errors import LayerConfigError
 from .._module import Module, field
 from . import _ops_dropout as F
-from ._shapecheck import AnyArray
+from ._shapecheck import AnyArray, checked
 
 
 class Dropout(Module, typecheck=True):
@@ -47,6 +47,7 @@ class Dropout(Module, typecheck=True):
         self.broadcast_dims = tuple(broadcast_dims)
         self.deterministic = deterministic
 
+    @checked
     def __call__(
         self,
         x: Shaped[AnyArray, "*shape"],

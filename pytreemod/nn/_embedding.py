@@ -11,7 +11,7 @@ from .._variables import Param
 from . import _ops_linear as F
 from ._init import Initializer, default_embed_init
 from ._ops_common import var_value
-from ._shapecheck import AnyArray
+from ._shapecheck import AnyArray, checked
 
 
 class Embedding(Module, typecheck=True):
@@ -63,10 +63,12 @@ class Embedding(Module, typecheck=True):
         self.features = features
         self.dtype = dtype
 
+    @checked
     def __call__(self, ids: Integer[AnyArray, "*batch"]) -> Float[jax.Array, "*batch features"]:
         """Look up the vectors of integer ``ids``: output ``(*ids.shape, features)``."""
         return F.embed(ids, var_value(self.embedding), dtype=self.dtype)
 
+    @checked
     def attend(
         self, query: Float[AnyArray, "*batch features"]
     ) -> Float[jax.Array, "*batch num_embeddings"]:

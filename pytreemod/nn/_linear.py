@@ -12,7 +12,7 @@ from .._variables import Param
 from . import _ops_linear as F
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._ops_common import var_value
-from ._shapecheck import AnyArray
+from ._shapecheck import AnyArray, checked
 
 
 class Linear(Module, typecheck=True):
@@ -71,6 +71,7 @@ class Linear(Module, typecheck=True):
         self.dtype = dtype
         self.precision = precision
 
+    @checked
     def __call__(
         self, x: Float[AnyArray, "*batch in_features"]
     ) -> Float[jax.Array, "*batch out_features"]:
@@ -165,6 +166,7 @@ class MLP(Module, typecheck=True):
         self.activation = activation
         self.final_activation = final_activation
 
+    @checked
     def __call__(
         self, x: Float[AnyArray, "*batch in_features"]
     ) -> Float[jax.Array, "*batch out_features"]:

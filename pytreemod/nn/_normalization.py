@@ -13,7 +13,7 @@ from .._variables import BatchStat, Param
 from . import _ops_norm as F
 from ._init import Initializer
 from ._ops_common import var_value
-from ._shapecheck import AnyArray
+from ._shapecheck import AnyArray, checked
 
 _ones = jax.nn.initializers.ones
 _zeros = jax.nn.initializers.zeros
@@ -118,6 +118,7 @@ class LayerNorm(Module, typecheck=True):
         self.use_fast_variance = use_fast_variance
         self.dtype = dtype
 
+    @checked
     def __call__(
         self,
         x: Float[AnyArray, "*batch features"],
@@ -152,8 +153,9 @@ class RMSNorm(Module, typecheck=True):
     >>> import pytreemod as pm
     >>> norm = pm.nn.RMSNorm(4)
     >>> x = jnp.ones((3, 4)) * 2.0  # (*batch, features)
-    >>> norm(x).round(3).tolist()[0]  # (*batch, features)
-    [1.0, 1.0, 1.0, 1.0]
+    >>> y = norm(x)                 # (*batch, features)
+    >>> y.shape, y[0].round(3).tolist()
+    ((3, 4), [1.0, 1.0, 1.0, 1.0])
     """
 
     scale: Param[jax.Array] | None
@@ -186,6 +188,7 @@ class RMSNorm(Module, typecheck=True):
         self.axis_name = axis_name
         self.dtype = dtype
 
+    @checked
     def __call__(
         self,
         x: Float[AnyArray, "*batch features"],
@@ -268,6 +271,7 @@ class GroupNorm(Module, typecheck=True):
         self.use_fast_variance = use_fast_variance
         self.dtype = dtype
 
+    @checked
     def __call__(
         self,
         x: Float[AnyArray, "batch *spatial channels"],
@@ -375,6 +379,7 @@ class BatchNorm(Module, typecheck=True):
         self.use_fast_variance = use_fast_variance
         self.dtype = dtype
 
+    @checked
     def __call__(
         self,
         x: Float[AnyArray, "*batch features"],

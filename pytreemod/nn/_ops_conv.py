@@ -10,7 +10,7 @@ from jaxtyping import Float
 
 from .._errors import LayerConfigError
 from ._ops_common import as_tuple, promote_dtype
-from ._shapecheck import AnyArray, checked, fail, summary
+from ._shapecheck import AnyArray, axes_text, checked, fail, summary
 
 PaddingLike: TypeAlias = str | int | Sequence[int | tuple[int, int]]
 """``"SAME"``, ``"VALID"``, ``"CIRCULAR"``, ``"REFLECT"``, ``"CAUSAL"`` (1-D), an int
@@ -83,7 +83,7 @@ def _check_spatial_rank(op: str, x: Any, kernel: Any) -> int:
     if x.ndim < num_spatial + 1:
         fail(
             op,
-            f"x {summary(x)} has {x.ndim} axes but a {num_spatial}-D convolution needs at "
+            f"x {summary(x)} has {axes_text(x.ndim)} but a {num_spatial}-D convolution needs at "
             f"least {num_spatial + 1} (*batch, {num_spatial} spatial, in_features)",
         )
     return num_spatial

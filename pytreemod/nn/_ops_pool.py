@@ -10,7 +10,7 @@ from jax import lax
 from jaxtyping import Float, Shaped
 
 from .._errors import LayerConfigError
-from ._shapecheck import AnyArray, checked, fail, summary
+from ._shapecheck import AnyArray, axes_text, checked, fail, summary
 
 PoolPadding = str | Sequence[tuple[int, int]]
 
@@ -33,7 +33,7 @@ def pool(
     if x.ndim < n + 1:
         fail(
             op,
-            f"x {summary(x)} has {x.ndim} axes but a {n}-D window {window} needs at least "
+            f"x {summary(x)} has {axes_text(x.ndim)} but a {n}-D window {window} needs at least "
             f"{n + 1} (*batch, {n} window axes, features)",
         )
     strides_ = tuple(strides) if strides is not None else (1,) * n

@@ -7,7 +7,7 @@ from jaxtyping import Shaped
 
 from .._module import Module, field
 from . import _ops_pool as F
-from ._shapecheck import AnyArray
+from ._shapecheck import AnyArray, checked
 
 
 def _padding(padding: str | Sequence[tuple[int, int]]) -> str | tuple[tuple[int, int], ...]:
@@ -45,6 +45,7 @@ class MaxPool(_Pool, typecheck=True):
     (8, 16, 16, 3)
     """
 
+    @checked
     def __call__(
         self, x: Shaped[AnyArray, "*batch_and_window features"]
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
@@ -63,6 +64,7 @@ class AvgPool(_Pool, typecheck=True):
     (4, 5, 3)
     """
 
+    @checked
     def __call__(
         self, x: Shaped[AnyArray, "*batch_and_window features"]
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
@@ -79,6 +81,7 @@ class MinPool(_Pool, typecheck=True):
     (2, 7, 1)
     """
 
+    @checked
     def __call__(
         self, x: Shaped[AnyArray, "*batch_and_window features"]
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:

@@ -14,8 +14,9 @@ class Lambda(Module, typecheck=True):
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
-    >>> pm.nn.Lambda(jax.nn.relu)(jnp.array([-1.0, 2.0])).tolist()  # (*shape) -> (*shape)
-    [0.0, 2.0]
+    >>> y = pm.nn.Lambda(jax.nn.relu)(jnp.array([-1.0, 2.0]))  # (*shape) -> (*shape)
+    >>> y.shape, y.tolist()
+    ((2,), [0.0, 2.0])
     """
 
     fn: Callable[..., Any] = field(static=True)
@@ -45,14 +46,14 @@ class Sequential(Module, typecheck=True):
     >>> import pytreemod as pm
     >>> k1, k2 = jax.random.split(jax.random.key(0))
     >>> model = pm.nn.Sequential([
-    ...     pm.nn.Linear(3, 16, key=k1), jax.nn.relu, pm.nn.Dropout(0.1),
-    ...     pm.nn.Linear(16, 2, key=k2),
+    ...     pm.nn.Linear(3, 4, key=k1), jax.nn.relu, pm.nn.Dropout(0.1),
+    ...     pm.nn.Linear(4, 4, key=k2),
     ... ])
     >>> x = jnp.ones((8, 3))                       # (batch, 3)
-    >>> model(x, key=jax.random.key(1)).shape      # (batch, 2)
-    (8, 2)
+    >>> model(x, key=jax.random.key(1)).shape      # (batch, 4)
+    (8, 4)
     >>> model(x, deterministic=True).shape         # no key needed in evaluation
-    (8, 2)
+    (8, 4)
     """
 
     layers: tuple[Any, ...]

@@ -1,18 +1,23 @@
-"""Trace-time shape checks for the functional ops, with errors that say what disagrees.
+"""Trace-time shape checks, with errors that say what disagrees.
 
-Every op in ``pytreemod.nn.functional`` is decorated with ``checked``: jaxtyping and
-beartype check its annotated arguments (``x: Float[Array, "*batch in_features"]``,
-``kernel: Float[Array, "in_features out_features"]``) and its output, so a dimension
-shared by two arguments is tied. Under ``jit`` the check runs once, while tracing; the
-compiled program is the same with checks on or off (``JAXTYPING_DISABLE=1`` turns them
-off, as it does for every jaxtyping check).
+Every op in ``pytreemod.nn.functional`` and every array-taking method of a layer is
+decorated with ``checked``: jaxtyping and beartype check its annotated arguments
+(``x: Float[Array, "*batch in_features"]``, ``kernel: Float[Array, "in_features
+out_features"]``) and its output, so a dimension shared by two arguments is tied; a layer
+passes its parameters to an op, which ties the input to them. Under ``jit`` the check
+runs once, while tracing; the compiled program is the same with checks on or off
+(``JAXTYPING_DISABLE=1`` turns them off, as it does for every jaxtyping check).
 
 When a check fails, jaxtyping's ``TypeCheckError`` is replaced by a ``ShapeError`` whose
-message names the dimension that disagrees, the arguments and shapes on both sides, and,
-when the op was called from a Module's method (a layer's ``__call__``), that module class
-and method with the shapes it was called with. The explanation walks the annotations
-again and looks at the calling frames only on this error path; a successful call pays
-for jaxtyping's check alone.
+message names the dimension that disagrees, the arguments and shapes on both sides, and
+the module class and method: the method's own ``self`` for a layer method, the nearest
+calling Module method for an op. The explanation walks the annotations again and looks at
+the calling frames only on this error path; a successful call pays for jaxtyping's check
+alone.
+
+Layers are declared ``typecheck=True``, whose class-level jaxtyping wrapper checks the
+methods a subclass adds; on the layers' own methods, already checked here, it stands
+aside (``__no_type_check__``, which jaxtyping honours) so each call is checked once.
 """
 
 import functools
@@ -37,11 +42,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def checked(fn: F) -> F:
-    """Check ``fn``'s jaxtyping annotations with beartype; explain failures as ``ShapeError``."""
+    """Check ``fn``'s jaxtyping annotations with beartype; explain failures as ``ShapeError``.
+
+    ``fn`` is an op of ``pytreemod.nn.functional`` or a method (first parameter ``self``)
+    of a layer.
+    """
     from beartype import beartype
 
     inner = jaxtyped(typechecker=beartype)(fn)
     signature = inspect.signature(fn)
+    is_method = next(iter(signature.parameters), None) == "self"
     op_name = f"pytreemod.nn.functional.{fn.__name__}"
 
     @functools.wraps(fn)
@@ -55,8 +65,13 @@ def checked(fn: F) -> F:
             reason = _explain(signature, bound.arguments, fn)
             if reason is None:  # not a shape problem we can pin down: keep jaxtyping's text
                 reason = str(error)
+            if is_method:
+                where = _describe_call(bound.arguments["self"], fn.__name__, bound.arguments)
+                raise ShapeError(f"{where}: {reason}") from None
             raise ShapeError(_with_context(op_name, reason, sys._getframe(1))) from None
 
+    if is_method:
+        wrapper.__no_type_check__ = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 
@@ -85,6 +100,15 @@ def _module_frame(frame: types.FrameType | None) -> types.FrameType | None:
     return None
 
 
+def _describe_call(module: Any, method: str, arguments: dict[str, Any]) -> str:
+    shown = [
+        f"{name}={summary(value)}"
+        for name, value in arguments.items()
+        if name != "self" and hasattr(value, "shape")
+    ]
+    return f"{type(module).__name__}.{method}({', '.join(shown)})"
+
+
 def _with_context(op: str, reason: str, frame: types.FrameType | None) -> str:
     found = _module_frame(frame)
     if found is None:
@@ -92,12 +116,7 @@ def _with_context(op: str, reason: str, frame: types.FrameType | None) -> str:
     code = found.f_code
     local = found.f_locals
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-    shown = [
-        f"{name}={summary(local[name])}"
-        for name in names
-        if name != "self" and hasattr(local.get(name), "shape")
-    ]
-    where = f"{type(local['self']).__name__}.{code.co_name}({', '.join(shown)})"
+    where = _describe_call(local["self"], code.co_name, {n: local.get(n) for n in names})
     return f"{where}: {reason} (checked in {op})"
 
 
@@ -150,11 +169,15 @@ def _array_annotation(annotation: Any) -> Any:
     return None
 
 
+def axes_text(n: int) -> str:
+    return f"{n} axis" if n == 1 else f"{n} axes"
+
+
 def _expected_rank(dims: _Dims) -> str:
     n = len(dims.tokens)
     if any(t[1] for t in dims.tokens):
-        return f"at least {n - 1} axes"
-    return f"{n} axes"
+        return f"at least {axes_text(n - 1)}"
+    return axes_text(n)
 
 
 def _explain(
@@ -182,7 +205,7 @@ def _bind(
     pairs = dims.split(shape)
     if pairs is None:
         return (
-            f"argument {arg!r} is {summary(value)} ({len(shape)} axes) but its annotation "
+            f"argument {arg!r} is {summary(value)} ({axes_text(len(shape))}) but its annotation "
             f'"{dims.text}" needs {_expected_rank(dims)}'
         )
     for (token, _, broadcast), (axis, size) in zip(dims.tokens, pairs):
@@ -201,11 +224,10 @@ def _bind(
             if broadcast and _is_one(seen) and not _is_one(size):
                 memo[token] = (size, arg, value, axis, dims.text)
             continue
-        where = "axes" if isinstance(size, tuple) else "axis"
         return (
             f"dimension {token!r} does not agree: it is {_fmt_size(size)} in {arg!r} "
-            f'({summary(value)}, {where} {_fmt_axis(axis, size)} of "{dims.text}") but '
-            f"{_fmt_size(seen)} in {other!r} ({summary(other_value)}, {where} "
+            f'({summary(value)}, {_fmt_axis(axis, size)} of "{dims.text}") but '
+            f"{_fmt_size(seen)} in {other!r} ({summary(other_value)}, "
             f'{_fmt_axis(other_axis, seen)} of "{other_text}")'
         )
     dtypes = getattr(annotation, "dtypes", None)
@@ -236,6 +258,6 @@ def _fmt_size(size: Any) -> str:
 
 
 def _fmt_axis(axis: int, size: Any) -> str:
-    if isinstance(size, tuple):
-        return f"{axis}..{axis + len(size) - 1}" if size else f"{axis} (none)"
-    return str(axis)
+    if not isinstance(size, tuple) or len(size) == 1:
+        return f"axis {axis}"
+    return f"axes {axis}..{axis + len(size) - 1}" if size else "no axes"

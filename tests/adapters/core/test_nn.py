@@ -154,3 +154,11 @@ def test_initializers_and_activations_are_jax() -> None:
     assert nn.initializers.ones_init() is jax.nn.initializers.ones
     np.testing.assert_allclose(nn.relu(jnp.array([-1.0, 2.0])), jnp.array([0.0, 2.0]))
     assert nn.activation.gelu is jax.nn.gelu
+
+
+def test_pooling_is_differentiable_under_jit() -> None:
+    x = random.normal(random.key(1), (1, 4, 4, 2))
+    for pool in (nn.max_pool, nn.avg_pool, nn.min_pool):
+        g = jax.jit(jax.grad(lambda x, pool=pool: pool(x, (2, 2), strides=(2, 2)).sum()))(x)
+        g_eager = jax.grad(lambda x, pool=pool: pool(x, (2, 2), strides=(2, 2)).sum())(x)
+        np.testing.assert_allclose(g, g_eager)

@@ -302,3 +302,27 @@ def test_lazy_init_does_not_need_input_values() -> None:
 def test_lazy_init_without_shapes_is_init() -> None:
     v = lazy_init(dense)(jax.random.key(0), jnp.ones((1, 2)), 3)
     assert v["params"]["kernel"].shape == (2, 3)
+
+
+def test_param_shape_check_cache_does_not_keep_initializers_alive() -> None:
+    import gc
+    import weakref
+
+    big = jnp.ones((64, 64))
+
+    def make() -> tuple[object, weakref.ref]:
+        init_fn = lambda key, shape: big[: shape[0], : shape[1]]
+        return init_fn, weakref.ref(init_fn)
+
+    init_fn, ref = make()
+    holder = [init_fn]
+    del init_fn
+
+    def f(scope: Scope) -> jax.Array:
+        return scope.param("w", holder[0], (2, 2))  # type: ignore[arg-type]
+
+    _, v = init(f)(jax.random.key(0))
+    apply(f)(v)  # the shape check runs (and caches) here
+    holder.clear()
+    gc.collect()
+    assert ref() is None

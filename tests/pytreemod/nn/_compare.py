@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -16,6 +17,18 @@ import pytreemod as pm
 
 TOL = 1e-5  # float32 tolerance against Flax Linen given the same parameters
 T = TypeVar("T")
+
+
+def randn(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Standard normal float32 array drawn by NumPy, seeded from ``key``.
+
+    Like ``jax.random.normal(key, shape)`` but without compiling a sampler for each shape.
+    """
+    return jnp.asarray(np.random.default_rng(_seed(key)).standard_normal(shape), jnp.float32)
+
+
+def _seed(key: jax.Array) -> int:
+    return int(np.asarray(jax.random.key_data(key)).ravel()[-1])
 
 
 def linen() -> Any:
@@ -31,8 +44,25 @@ def standard_promotion() -> Iterator[None]:
 
 
 def make(build: Callable[..., T], *args: Any, key: jax.Array, **kwargs: Any) -> T:
-    """``build(*args, key=key, **kwargs)`` compiled as one program (initialisation)."""
-    return pm.jit(lambda k: build(*args, key=k, **kwargs))(key)
+    """``build(*args, key=key, **kwargs)`` with random parameters drawn by NumPy.
+
+    The structure comes from ``jax.eval_shape`` of the real constructor; the values are
+    normal draws (scale 0.5; variances positive), seeded from ``key``. Numerics tests need
+    parameters, not the initializers (tested on their own), and this skips compiling an
+    initializer for every parameter shape.
+    """
+    abstract = jax.eval_shape(lambda k: build(*args, key=k, **kwargs), key)
+    rng = np.random.default_rng(_seed(key) + 1_000_003)
+
+    def fill(path: tuple[Any, ...], leaf: jax.ShapeDtypeStruct) -> jax.Array:
+        if not jnp.issubdtype(leaf.dtype, jnp.floating):
+            return jnp.zeros(leaf.shape, leaf.dtype)
+        value = 0.5 * rng.standard_normal(leaf.shape)
+        if any(getattr(k, "name", None) == "var" for k in path):
+            value = np.abs(value) + 0.5
+        return jnp.asarray(value, leaf.dtype)
+
+    return jax.tree_util.tree_map_with_path(fill, abstract)
 
 
 def jcall(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

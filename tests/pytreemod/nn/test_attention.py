@@ -9,14 +9,14 @@ import pytest
 import pytreemod as pm
 from pytreemod.nn import functional as F
 
-from ._compare import close, linen, run_linen
+from ._compare import close, jcall, linen, make, randn, run_linen
 
 Key = Callable[[], jax.Array]
 normal = jax.nn.initializers.normal(0.3)
 
 
 def _layer(getkey: Key, **kwargs: object) -> pm.nn.MultiHeadAttention:
-    return pm.nn.MultiHeadAttention(4, 16, bias_init=normal, key=getkey(), **kwargs)  # type: ignore[arg-type]
+    return make(pm.nn.MultiHeadAttention, 4, 16, bias_init=normal, key=getkey(), **kwargs)
 
 
 def _reference(
@@ -40,7 +40,10 @@ def _reference(
 
 
 def test_parameter_names_and_shapes_are_flax_ones(getkey: Key) -> None:
-    layer = pm.nn.MultiHeadAttention(4, 16, qkv_features=32, out_features=8, key=getkey())
+    layer = jax.eval_shape(
+        lambda k: pm.nn.MultiHeadAttention(4, 16, qkv_features=32, out_features=8, key=k),
+        getkey(),
+    )
     params = pm.to_variables(layer)["params"]
     shapes = jax.tree.map(jnp.shape, params)
     assert shapes == {
@@ -54,40 +57,40 @@ def test_parameter_names_and_shapes_are_flax_ones(getkey: Key) -> None:
 def test_self_attention_with_causal_mask_matches_reference_and_flax(getkey: Key) -> None:
     nn = linen()
     layer = _layer(getkey)
-    x = jax.random.normal(getkey(), (2, 6, 16))
+    x = randn(getkey(), (2, 6, 16))
     mask = pm.nn.make_causal_mask(jnp.ones((2, 6)))
-    y = layer(x, mask=mask)
-    close(y, _reference(layer, x, x, mask))
+    y = jcall(lambda m, v: m(v, mask=mask), layer, x)
+    close(y, jcall(_reference, layer, x, x, mask))
     ref = run_linen(nn.MultiHeadDotProductAttention(4), pm.to_variables(layer), x, mask=mask)
     close(y, ref)
 
 
 def test_cross_attention_with_padding_mask_matches_flax(getkey: Key) -> None:
     nn = linen()
-    layer = pm.nn.MultiHeadAttention(4, 16, kv_features=12, out_features=10, bias_init=normal,
-                                     key=getkey())
-    xq = jax.random.normal(getkey(), (2, 5, 16))
-    mem = jax.random.normal(getkey(), (2, 7, 12))
+    layer = make(pm.nn.MultiHeadAttention, 4, 16, kv_features=12, out_features=10,
+                 bias_init=normal, key=getkey())
+    xq = randn(getkey(), (2, 5, 16))
+    mem = randn(getkey(), (2, 7, 12))
     valid = jnp.arange(7)[None, :] < jnp.array([[7], [4]])
     mask = pm.nn.make_attention_mask(jnp.ones((2, 5), bool), valid)
-    y = layer(xq, mem, mask=mask)
+    y = jcall(lambda m, q, k: m(q, k, mask=mask), layer, xq, mem)
     assert y.shape == (2, 5, 10)
     ref = run_linen(nn.MultiHeadDotProductAttention(4, out_features=10), pm.to_variables(layer),
                     xq, mem, mask=mask)
     close(y, ref)
-    vals = jax.random.normal(getkey(), (2, 7, 12))
+    vals = randn(getkey(), (2, 7, 12))
     ref_kv = run_linen(nn.MultiHeadDotProductAttention(4, out_features=10),
                        pm.to_variables(layer), xq, mem, vals)
-    close(layer(xq, mem, vals), ref_kv)
+    close(jcall(layer, xq, mem, vals), ref_kv)
 
 
 def test_normalize_qk_matches_flax(getkey: Key) -> None:
     nn = linen()
     layer = _layer(getkey, normalize_qk=True)
-    x = jax.random.normal(getkey(), (2, 6, 16))
+    x = randn(getkey(), (2, 6, 16))
     ref = run_linen(nn.MultiHeadDotProductAttention(4, normalize_qk=True), pm.to_variables(layer),
                     x)
-    close(layer(x), ref)
+    close(jcall(layer, x), ref)
 
 
 def test_default_initializers_match_flax(getkey: Key) -> None:
@@ -103,29 +106,45 @@ def test_default_initializers_match_flax(getkey: Key) -> None:
 
 
 def test_implementation_xla_agrees_with_the_default(getkey: Key) -> None:
-    q, k, v = (jax.random.normal(getkey(), (2, 6, 4, 8)) for _ in range(3))
+    q, k, v = (randn(getkey(), (2, 6, 4, 8)) for _ in range(3))
     mask = F.make_causal_mask(jnp.ones((2, 6)))
-    close(F.dot_product_attention(q, k, v, mask=mask),
-          F.dot_product_attention(q, k, v, mask=mask, implementation="xla"))
+    both = jcall(lambda q, k, v: (F.dot_product_attention(q, k, v, mask=mask),
+                                  F.dot_product_attention(q, k, v, mask=mask,
+                                                          implementation="xla")), q, k, v)
+    close(*both)
+    q2, k2, v2 = (t.reshape(1, 2, 6, 4, 8) for t in (q, k, v))  # several batch axes
+    close(jcall(lambda q, k, v: F.dot_product_attention(q, k, v, implementation="xla"),
+                q2, k2, v2)[0],
+          jcall(lambda q, k, v: F.dot_product_attention(q, k, v), q, k, v))
 
 
 def test_functional_attention_matches_flax_function(getkey: Key) -> None:
     nn = linen()
-    q, k, v = (jax.random.normal(getkey(), (2, 3, 6, 4, 8)) for _ in range(3))  # 2 batch axes
-    bias = jax.random.normal(getkey(), (1, 1, 4, 6, 6))
-    ours = F.dot_product_attention(q, k, v, bias=bias)
-    close(ours, nn.dot_product_attention(q, k, v, bias=bias))
-    close(F.dot_product_attention_weights(q, k), nn.dot_product_attention_weights(q, k))
+    q, k, v = (randn(getkey(), (2, 3, 6, 4, 8)) for _ in range(3))  # 2 batch axes
+    bias = randn(getkey(), (1, 1, 4, 6, 6))
+
+    def run(attention, weights):
+        return attention(q, k, v, bias=bias), weights(q, k)
+
+    ours = jcall(run, F.dot_product_attention, F.dot_product_attention_weights)
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        theirs = jax.jit(run, static_argnums=(0, 1))(
+            nn.dot_product_attention, nn.dot_product_attention_weights
+        )
+    close(ours[0], theirs[0])
+    close(ours[1], theirs[1])
 
 
 def test_attention_dropout(getkey: Key) -> None:
     layer = _layer(getkey, dropout_rate=0.5)
-    x = jax.random.normal(getkey(), (2, 6, 16))
-    close(layer(x, deterministic=True), _reference(layer, x, x, None))
-    a, b = layer(x, key=jax.random.key(1)), layer(x, key=jax.random.key(2))
+    x = randn(getkey(), (2, 6, 16))
+    close(jcall(lambda m, v: m(v, deterministic=True), layer, x),
+          jcall(_reference, layer, x, x, None))
+    train = pm.jit(lambda m, v, k: m(v, key=k))
+    a, b = train(layer, x, jax.random.key(1)), train(layer, x, jax.random.key(2))
     assert not jnp.allclose(a, b)
     with pytest.raises(pm.LayerConfigError, match=r"dropout_rate=0.5\) in training needs a PRNG"):
-        layer(x)
+        jax.eval_shape(layer, x)
 
 
 def test_configuration_errors(getkey: Key) -> None:
@@ -145,7 +164,7 @@ def test_shape_errors_name_the_layer_and_dimension(getkey: Key) -> None:
         match=r"ProjectHeads.__call__\(x=f32\[2, 5, 12\]\): dimension 'in_features' does not "
         r"agree: it is 16 in 'kernel' \(f32\[16, 4, 4\], axis 0",
     ):
-        layer(jnp.ones((2, 5, 16)), jnp.ones((2, 5, 12)))
+        jax.eval_shape(layer, jnp.ones((2, 5, 16)), jnp.ones((2, 5, 12)))
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -153,8 +172,8 @@ def test_shape_errors_name_the_layer_and_dimension(getkey: Key) -> None:
 
 def test_decoding_step_by_step_equals_full_causal_attention(getkey: Key) -> None:
     layer = _layer(getkey)
-    x = jax.random.normal(getkey(), (2, 7, 16))
-    full = layer(x, mask=pm.nn.make_causal_mask(jnp.ones((2, 7))))
+    x = randn(getkey(), (2, 7, 16))
+    full = jcall(lambda m, v: m(v, mask=pm.nn.make_causal_mask(jnp.ones((2, 7)))), layer, x)
 
     @pm.jit
     def step(model: pm.nn.MultiHeadAttention, xt: jax.Array):
@@ -173,20 +192,21 @@ def test_decoding_step_by_step_equals_full_causal_attention(getkey: Key) -> None
 
 def test_decoding_a_prompt_chunk_then_steps(getkey: Key) -> None:
     layer = _layer(getkey)
-    x = jax.random.normal(getkey(), (2, 6, 16))
-    full = layer(x, mask=pm.nn.make_causal_mask(jnp.ones((2, 6))))
+    x = randn(getkey(), (2, 6, 16))
+    full = jcall(lambda m, v: m(v, mask=pm.nn.make_causal_mask(jnp.ones((2, 6)))), layer, x)
     model = layer.init_cache(2, max_len=6)
-    prompt, model = pm.apply(model.decode, x[:, :4], mutable="cache")
+    step = pm.jit(lambda m, v: pm.apply(m.decode, v, mutable="cache"))
+    prompt, model = step(model, x[:, :4])
     rest = []
     for t in (4, 5):
-        y, model = pm.apply(model.decode, x[:, t : t + 1], mutable="cache")
+        y, model = step(model, x[:, t : t + 1])
         rest.append(y)
     close(jnp.concatenate([prompt, *rest], axis=1), full)
 
 
 def test_decoding_twice_in_one_apply_sees_its_own_writes(getkey: Key) -> None:
     layer = _layer(getkey).init_cache(1, max_len=4)
-    x = jax.random.normal(getkey(), (1, 2, 16))
+    x = randn(getkey(), (1, 2, 16))
 
     def two_steps(m: pm.nn.MultiHeadAttention) -> jax.Array:
         return jnp.concatenate([m.decode(x[:, :1]), m.decode(x[:, 1:])], axis=1)
@@ -197,24 +217,28 @@ def test_decoding_twice_in_one_apply_sees_its_own_writes(getkey: Key) -> None:
         def __call__(self) -> jax.Array:
             return two_steps(self.attn)
 
-    ys, new = pm.apply(Wrapper(layer), mutable="cache")
-    close(ys, layer(x, mask=pm.nn.make_causal_mask(jnp.ones((1, 2)))))
+    ys, new = jcall(lambda w: pm.apply(w, mutable="cache"), Wrapper(layer))
+    close(ys, jcall(lambda m, v: m(v, mask=pm.nn.make_causal_mask(jnp.ones((1, 2)))), layer, x))
     assert new.attn.cache_index is not None and int(new.attn.cache_index.value) == 2
 
 
 def test_decoding_matches_flax_decode(getkey: Key) -> None:
     nn = linen()
     layer = _layer(getkey)
-    x = jax.random.normal(getkey(), (2, 3, 16))
+    x = randn(getkey(), (2, 3, 16))
     flax_layer = nn.MultiHeadDotProductAttention(4, decode=True)
     with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
-        cache = flax_layer.init(jax.random.key(0), jnp.zeros((2, 3, 16)))["cache"]
+        cache = jax.eval_shape(flax_layer.init, jax.random.key(0), jnp.zeros((2, 3, 16)))
+        cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), cache["cache"])
     variables = {"params": pm.to_variables(layer)["params"], "cache": cache}
     model = layer.init_cache(2, max_len=3)
+    step = pm.jit(lambda m, v: pm.apply(m.decode, v, mutable="cache"))
+    flax_step = jax.jit(lambda v, xt: flax_layer.apply(v, xt, mutable=["cache"]))
     for t in range(3):
-        ref, updates = run_linen(flax_layer, variables, x[:, t : t + 1], mutable=["cache"])
+        with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+            ref, updates = flax_step(variables, x[:, t : t + 1])
         variables = {**variables, "cache": updates["cache"]}
-        y, model = pm.apply(model.decode, x[:, t : t + 1], mutable="cache")
+        y, model = step(model, x[:, t : t + 1])
         close(y, ref)
     assert model.cached_value is not None
     close(model.cached_value.value, variables["cache"]["cached_value"])
@@ -223,7 +247,8 @@ def test_decoding_matches_flax_decode(getkey: Key) -> None:
 def test_writing_the_cache_needs_it_mutable(getkey: Key) -> None:
     layer = _layer(getkey).init_cache(1, max_len=2)
     with pytest.raises(pm.StateWriteError, match=r"Cannot update \.cached_key: collection 'cache'"):
-        pm.apply(layer.decode, jnp.ones((1, 1, 16)), mutable="batch_stats")
+        jax.eval_shape(lambda m, v: pm.apply(m.decode, v, mutable="batch_stats"), layer,
+                       jnp.ones((1, 1, 16)))
 
 
 def test_overfull_cache_is_an_error_when_the_index_is_known(getkey: Key) -> None:

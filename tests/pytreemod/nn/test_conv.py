@@ -10,7 +10,7 @@ from jax import lax
 
 import pytreemod as pm
 
-from ._compare import close, linen, run_linen
+from ._compare import close, jcall, linen, make, randn, run_linen
 
 Key = Callable[[], jax.Array]
 
@@ -29,64 +29,75 @@ CONFIGS: list[dict[str, Any]] = [
 
 def _input(getkey: Key, kernel_size: tuple[int, ...], batch: tuple[int, ...] = (2,)) -> jax.Array:
     spatial = (9, 8, 5)[: len(kernel_size)]
-    return jax.random.normal(getkey(), (*batch, *spatial, 4))
+    return randn(getkey(), (*batch, *spatial, 4))
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: str(sorted(c.items())))
 def test_conv_matches_flax(getkey: Key, config: dict[str, Any]) -> None:
     nn = linen()
-    layer = pm.nn.Conv(4, 6, bias_init=jax.nn.initializers.normal(), key=getkey(), **config)
+    layer = make(pm.nn.Conv, 4, 6, bias_init=jax.nn.initializers.normal(), key=getkey(),
+                 **config)
     x = _input(getkey, config["kernel_size"])
     ref = run_linen(nn.Conv(6, **config), pm.to_variables(layer), x)
-    y = layer(x)
+    y = jcall(layer, x)
     assert y.shape == ref.shape
     close(y, ref)
 
 
 def test_conv_matches_lax_reference(getkey: Key) -> None:
-    layer = pm.nn.Conv2d(4, 6, 3, strides=2, padding="VALID", key=getkey())
+    layer = make(pm.nn.Conv2d, 4, 6, 3, strides=2, padding="VALID", key=getkey())
     x = _input(getkey, (3, 3))
-    ref = lax.conv_general_dilated(
-        x, layer.kernel.value, (2, 2), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
-    )
-    assert layer.bias is not None
-    close(layer(x), ref + layer.bias.value.reshape(1, 1, 1, 6))
+
+    def reference(layer: pm.nn.Conv, x: jax.Array) -> jax.Array:
+        y = lax.conv_general_dilated(
+            x, layer.kernel.value, (2, 2), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+        assert layer.bias is not None
+        return y + layer.bias.value.reshape(1, 1, 1, 6)
+
+    close(jcall(layer, x), jcall(reference, layer, x))
 
 
 def test_conv_circular_padding_is_periodic(getkey: Key) -> None:
-    layer = pm.nn.Conv1d(1, 1, 3, padding="CIRCULAR", use_bias=False, key=getkey())
-    x = jax.random.normal(getkey(), (1, 7, 1))
-    w = layer.kernel.value[:, 0, 0]
-    padded = jnp.concatenate([x[:, -1:], x, x[:, :1]], axis=1)[0, :, 0]
-    ref = jnp.stack([padded[i : i + 3] @ w for i in range(7)])
-    close(layer(x)[0, :, 0], ref)
+    layer = make(pm.nn.Conv1d, 1, 1, 3, padding="CIRCULAR", use_bias=False, key=getkey())
+    x = randn(getkey(), (1, 7, 1))
+
+    def reference(layer: pm.nn.Conv, x: jax.Array) -> jax.Array:
+        w = layer.kernel.value[:, 0, 0]
+        padded = jnp.concatenate([x[:, -1:], x, x[:, :1]], axis=1)[0, :, 0]
+        return jnp.stack([padded[i : i + 3] @ w for i in range(7)])
+
+    close(jcall(layer, x)[0, :, 0], jcall(reference, layer, x))
 
 
 def test_conv_batch_axes_none_one_several(getkey: Key) -> None:
-    layer = pm.nn.Conv2d(4, 3, (3, 3), key=getkey())
+    layer = make(pm.nn.Conv2d, 4, 6, (3, 3), key=getkey())
     x = _input(getkey, (3, 3), batch=(2, 3))
-    many = layer(x)
-    assert many.shape == (2, 3, 9, 8, 3)
-    close(many[1, 2], layer(x[1, 2]))  # unbatched input
-    close(many[1], layer(x[1]))
+    many, none, one = jcall(lambda m, v: (m(v), m(v[1, 2]), m(v[1])), layer, x)
+    assert many.shape == (2, 3, 9, 8, 6)
+    close(many[1, 2], none)  # unbatched input
+    close(many[1], one)
 
 
 def test_conv_classes_fix_the_number_of_spatial_dims(getkey: Key) -> None:
-    assert pm.nn.Conv1d(2, 3, 5, key=getkey()).kernel.shape == (5, 2, 3)
-    assert pm.nn.Conv2d(2, 3, 5, key=getkey()).kernel.shape == (5, 5, 2, 3)
-    assert pm.nn.Conv3d(2, 3, (1, 2, 3), key=getkey()).kernel.shape == (1, 2, 3, 2, 3)
-    assert pm.nn.Conv(2, 3, 4, num_spatial_dims=2, key=getkey()).kernel.shape == (4, 4, 2, 3)
-    grouped = pm.nn.Conv2d(4, 6, 3, feature_group_count=2, key=getkey())
-    assert grouped.kernel.shape == (3, 3, 2, 6)
+    def shape(cls: type, *args: object, **kwargs: object) -> tuple[int, ...]:
+        layer = jax.eval_shape(lambda k: cls(*args, key=k, **kwargs), getkey())
+        return layer.kernel.shape
+
+    assert shape(pm.nn.Conv1d, 2, 3, 5) == (5, 2, 3)
+    assert shape(pm.nn.Conv2d, 2, 3, 5) == (5, 5, 2, 3)
+    assert shape(pm.nn.Conv3d, 2, 3, (1, 2, 3)) == (1, 2, 3, 2, 3)
+    assert shape(pm.nn.Conv, 2, 3, 4, num_spatial_dims=2) == (4, 4, 2, 3)
+    assert shape(pm.nn.Conv2d, 4, 6, 3, feature_group_count=2) == (3, 3, 2, 6)
 
 
 def test_conv_default_kernel_init_is_flax_default(getkey: Key) -> None:
     nn = linen()
     key = getkey()
-    layer = pm.nn.Conv2d(4, 6, 3, key=key)
+    layer = pm.nn.Conv1d(2, 3, 2, key=key)
     kkey, _ = jax.random.split(key)
     flax_init = nn.Conv.__dataclass_fields__["kernel_init"].default
-    close(layer.kernel.value, flax_init(kkey, (3, 3, 4, 6), jnp.float32), tol=0)
+    close(layer.kernel.value, flax_init(kkey, (2, 2, 3), jnp.float32), tol=0)
 
 
 def test_conv_configuration_errors(getkey: Key) -> None:
@@ -99,11 +110,12 @@ def test_conv_configuration_errors(getkey: Key) -> None:
     with pytest.raises(pm.LayerConfigError, match=r"strides=\(1, 2, 3\) has 3 entries"):
         pm.nn.Conv2d(2, 4, 3, strides=(1, 2, 3), key=getkey())
     with pytest.raises(pm.LayerConfigError, match=r"CAUSAL.*only defined for 1-D"):
-        pm.nn.Conv2d(2, 4, 3, padding="CAUSAL", key=getkey())(jnp.ones((1, 5, 5, 2)))
+        layer = jax.eval_shape(lambda k: pm.nn.Conv2d(2, 4, 3, padding="CAUSAL", key=k), getkey())
+        jax.eval_shape(lambda m, v: m(v), layer, jnp.ones((1, 5, 5, 2)))
 
 
 def test_conv_channel_mismatch_is_a_shape_error(getkey: Key) -> None:
-    layer = pm.nn.Conv2d(4, 6, 3, key=getkey())
+    layer = make(pm.nn.Conv2d, 4, 6, 3, key=getkey())
     with pytest.raises(
         pm.ShapeError,
         match=r"Conv2d.__call__\(x=f32\[2, 8, 8, 5\]\): dimension 'in_features' does not "
@@ -125,36 +137,49 @@ TRANSPOSE_CONFIGS: list[dict[str, Any]] = [
 @pytest.mark.parametrize("config", TRANSPOSE_CONFIGS, ids=lambda c: str(sorted(c.items())))
 def test_conv_transpose_matches_flax(getkey: Key, config: dict[str, Any]) -> None:
     nn = linen()
-    layer = pm.nn.ConvTranspose(4, 3, bias_init=jax.nn.initializers.normal(), key=getkey(),
-                                **config)
+    layer = make(pm.nn.ConvTranspose, 4, 6, bias_init=jax.nn.initializers.normal(),
+                 key=getkey(), **config)
     x = _input(getkey, config["kernel_size"])
-    ref = run_linen(nn.ConvTranspose(3, **config), pm.to_variables(layer), x)
-    y = layer(x)
+    ref = run_linen(nn.ConvTranspose(6, **config), pm.to_variables(layer), x)
+    y = jcall(layer, x)
     assert y.shape == ref.shape
     close(y, ref)
 
 
 def test_conv_transpose_matches_lax_reference(getkey: Key) -> None:
-    layer = pm.nn.ConvTranspose2d(4, 3, 3, strides=2, use_bias=False, key=getkey())
+    layer = make(pm.nn.ConvTranspose2d, 4, 6, 3, strides=2, use_bias=False, key=getkey())
     x = _input(getkey, (3, 3))
-    ref = lax.conv_transpose(x, layer.kernel.value, (2, 2), "SAME",
-                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    close(layer(x), ref)
-    assert layer(x).shape == (2, 18, 16, 3)
+
+    def reference(layer: pm.nn.ConvTranspose, x: jax.Array) -> jax.Array:
+        return lax.conv_transpose(x, layer.kernel.value, (2, 2), "SAME",
+                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    y = jcall(layer, x)
+    assert y.shape == (2, 18, 16, 6)
+    close(y, jcall(reference, layer, x))
 
 
 def test_conv_transpose_with_transpose_kernel_is_the_gradient_of_conv(getkey: Key) -> None:
-    conv = pm.nn.Conv1d(2, 3, 3, strides=2, padding="VALID", use_bias=False, key=getkey())
-    up = pm.nn.ConvTranspose1d(3, 2, 3, strides=2, padding="VALID", use_bias=False,
-                               transpose_kernel=True, key=getkey())
+    conv = make(pm.nn.Conv1d, 4, 6, 3, strides=2, padding="VALID", use_bias=False,
+                key=getkey())
+    up = jax.eval_shape(
+        lambda k: pm.nn.ConvTranspose1d(6, 4, 3, strides=2, padding="VALID", use_bias=False,
+                                        transpose_kernel=True, key=k),
+        getkey(),
+    )
     up = pm.tree_at(lambda m: m.kernel, up, conv.kernel)
-    x = jax.random.normal(getkey(), (1, 9, 2))
-    y, vjp = jax.vjp(conv, x)
-    ct = jax.random.normal(getkey(), y.shape)
-    close(up(ct), vjp(ct)[0])
+    x = randn(getkey(), (2, 9, 4))
+    ct = randn(getkey(), (2, 4, 6))
+
+    def both(conv: pm.nn.Conv, up: pm.nn.ConvTranspose, x: jax.Array, ct: jax.Array):
+        _, vjp = jax.vjp(conv, x)
+        return up(ct), vjp(ct)[0]
+
+    transposed, grad = jcall(both, conv, up, x, ct)
+    close(transposed, grad)
 
 
 def test_conv_transpose_shape_error(getkey: Key) -> None:
-    layer = pm.nn.ConvTranspose2d(4, 3, 3, key=getkey())
+    layer = jax.eval_shape(lambda k: pm.nn.ConvTranspose2d(4, 3, 3, key=k), jax.random.key(0))
     with pytest.raises(pm.ShapeError, match=r"ConvTranspose2d.__call__.*'in_features'.*has 2"):
-        layer(jnp.ones((1, 4, 4, 2)))
+        jax.eval_shape(lambda m, v: m(v), layer, jnp.ones((1, 4, 4, 2)))

@@ -6,7 +6,7 @@ import pytest
 
 import pytreemod as pm
 
-from ._compare import close, linen, run_linen
+from ._compare import close, linen, randn, run_linen
 
 
 def test_training_drops_and_rescales() -> None:
@@ -19,7 +19,7 @@ def test_training_drops_and_rescales() -> None:
 
 def test_matches_flax_given_the_same_key() -> None:
     nn = linen()
-    x = jax.random.normal(jax.random.key(1), (4, 8))
+    x = randn(jax.random.key(1), (4, 8))
     key = jax.random.key(2)
     ours = pm.nn.Dropout(0.4, broadcast_dims=(0,))(x, key=key)
     ref = run_linen(nn.Dropout(0.4, broadcast_dims=(0,), deterministic=False), {}, x, rng=key)

@@ -8,7 +8,7 @@ import pytest
 
 import pytreemod as pm
 
-from ._compare import close, linen, run_linen
+from ._compare import close, linen, randn, run_linen
 
 Key = Callable[[], jax.Array]
 
@@ -20,7 +20,7 @@ def test_lookup_and_attend_match_reference_and_flax(getkey: Key) -> None:
     table = emb.embedding.value
     close(emb(ids), table[ids], tol=0)
     close(emb(ids), run_linen(nn.Embed(10, 6), pm.to_variables(emb), ids), tol=0)
-    query = jax.random.normal(getkey(), (2, 3, 6))
+    query = randn(getkey(), (2, 3, 6))
     close(emb.attend(query), jnp.einsum("bsd,vd->bsv", query, table))
     ref = run_linen(nn.Embed(10, 6), pm.to_variables(emb), query, method="attend")
     close(emb.attend(query), ref)

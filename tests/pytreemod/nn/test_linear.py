@@ -9,7 +9,7 @@ import pytest
 import pytreemod as pm
 from pytreemod.nn import functional as F
 
-from ._compare import close, jcall, linen, make, run_linen
+from ._compare import close, jcall, linen, make, randn, run_linen
 
 Key = Callable[[], jax.Array]
 
@@ -25,7 +25,7 @@ def test_linear_shapes_names_and_collections(getkey: Key) -> None:
 
 def test_linear_matches_jnp_reference(getkey: Key) -> None:
     layer = make(pm.nn.Linear, 3, 4, bias_init=jax.nn.initializers.normal(), key=getkey())
-    x = jax.random.normal(getkey(), (2, 7, 3))
+    x = randn(getkey(), (2, 7, 3))
     assert layer.bias is not None
     close(jcall(layer, x), x @ layer.kernel.value + layer.bias.value.reshape(1, 1, 4))
 
@@ -34,7 +34,7 @@ def test_linear_without_bias(getkey: Key) -> None:
     layer = make(pm.nn.Linear, 3, 4, use_bias=False, key=getkey())
     assert layer.bias is None
     assert set(pm.to_variables(layer)["params"]) == {"kernel"}
-    x = jax.random.normal(getkey(), (2, 7, 3))
+    x = randn(getkey(), (2, 7, 3))
     close(jcall(layer, x), x @ layer.kernel.value)
 
 
@@ -43,7 +43,7 @@ def test_linear_matches_flax_dense(getkey: Key, use_bias: bool) -> None:
     nn = linen()
     layer = make(pm.nn.Linear, 3, 4, use_bias=use_bias, bias_init=jax.nn.initializers.normal(),
                  key=getkey())
-    x = jax.random.normal(getkey(), (2, 7, 3))
+    x = randn(getkey(), (2, 7, 3))
     ref = run_linen(nn.Dense(4, use_bias=use_bias), pm.to_variables(layer), x)
     close(jcall(layer, x), ref)
 
@@ -84,7 +84,7 @@ def test_mlp_structure_and_reference(getkey: Key) -> None:
     mlp = make(pm.nn.MLP, 3, [8, 8], 4, activation=jax.nn.tanh,
                final_activation=jax.nn.sigmoid, key=getkey())
     assert [layer.kernel.shape for layer in mlp.layers] == [(3, 8), (8, 8), (8, 4)]
-    x = jax.random.normal(getkey(), (2, 7, 3))
+    x = randn(getkey(), (2, 7, 3))
 
     def reference(mlp: pm.nn.MLP, x: jax.Array) -> jax.Array:
         h = x
@@ -101,8 +101,9 @@ def test_mlp_structure_and_reference(getkey: Key) -> None:
 def test_mlp_single_hidden_int_and_no_final_bias(getkey: Key) -> None:
     mlp = jax.eval_shape(lambda k: pm.nn.MLP(3, 16, 1, use_final_bias=False, key=k), getkey())
     assert len(mlp.layers) == 2 and mlp.layers[-1].bias is None
-    single = jax.eval_shape(lambda k: pm.nn.MLP(3, (), 2, key=k), getkey())
-    assert jax.eval_shape(single, jnp.ones(3)).shape == (2,)
+    single = make(pm.nn.MLP, 3, (), 4, key=getkey())
+    assert len(single.layers) == 1
+    assert jax.eval_shape(single, jnp.ones(3)).shape == (4,)
 
 
 def test_sequential_wraps_functions_and_splits_keys(getkey: Key) -> None:
@@ -117,7 +118,7 @@ def test_sequential_wraps_functions_and_splits_keys(getkey: Key) -> None:
     model = make(build, key=k1)
     assert isinstance(model.layers[1], pm.nn.Lambda)
     assert len(model) == 4 and isinstance(model[0], pm.nn.Linear)
-    x = jax.random.normal(getkey(), (2, 7, 3))
+    x = randn(getkey(), (2, 7, 3))
     expected = jcall(lambda m, v: m[3](jax.nn.relu(m[0](v))), model, x)
     close(jcall(lambda m, v: m(v, deterministic=True), model, x), expected)
     train = pm.jit(lambda m, v, k: m(v, key=k))
@@ -138,6 +139,6 @@ def test_sequential_is_a_pytree_under_jit_and_grad(getkey: Key) -> None:
 
 def test_functional_linear_matches_layer(getkey: Key) -> None:
     layer = make(pm.nn.Linear, 3, 4, key=getkey())
-    x = jax.random.normal(getkey(), (2, 7, 3))
+    x = randn(getkey(), (2, 7, 3))
     assert layer.bias is not None
     close(jcall(layer, x), jcall(F.linear, x, layer.kernel.value, layer.bias.value), tol=0)

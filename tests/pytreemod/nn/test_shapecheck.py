@@ -39,7 +39,7 @@ def test_functional_op_outside_a_module() -> None:
         F.linear(jnp.ones((2, 5)), jnp.ones((3, 4)))
     with pytest.raises(
         pm.ShapeError,
-        match=r"argument 'kernel' is f32\[3\] \(1 axes\) but its annotation "
+        match=r"argument 'kernel' is f32\[3\] \(1 axis\) but its annotation "
         r'"in_features out_features" needs 2 axes',
     ):
         F.linear(jnp.ones((2, 3)), jnp.ones(3))
@@ -72,7 +72,7 @@ def test_a_users_module_opts_in_with_one_line(getkey: Key) -> None:
         model(jnp.ones((4, 3), jnp.int32))  # the method's own annotation (jaxtyping's error)
 
 
-def _step_jaxpr(model: object, x: jax.Array) -> str:
+def _step_jaxpr(model: object, x: object) -> str:
     def loss(m: object, v: jax.Array) -> jax.Array:
         return jnp.sum(m(v) ** 2)  # type: ignore[operator]
 
@@ -80,13 +80,17 @@ def _step_jaxpr(model: object, x: jax.Array) -> str:
 
 
 def test_jaxpr_is_identical_with_checks_on_and_off(getkey: Key) -> None:
-    model = pm.nn.Sequential([
-        pm.nn.Linear(8, 16, key=getkey()),
-        pm.nn.LayerNorm(16),
-        pm.nn.MultiHeadAttention(2, 16, key=getkey()),
-        pm.nn.MLP(16, 32, 8, key=getkey()),
-    ])
-    x = jnp.ones((2, 5, 8))
+    def build(*, key: jax.Array) -> pm.nn.Sequential:
+        k1, k2, k3 = jax.random.split(key, 3)
+        return pm.nn.Sequential([
+            pm.nn.Linear(8, 16, key=k1),
+            pm.nn.LayerNorm(16),
+            pm.nn.MultiHeadAttention(2, 16, key=k2),
+            pm.nn.MLP(16, 32, 8, key=k3),
+        ])
+
+    model = jax.eval_shape(lambda k: build(key=k), getkey())  # tracing needs no values
+    x = jax.ShapeDtypeStruct((2, 5, 8), jnp.float32)
     on = _step_jaxpr(model, x)
     jaxtyping.config.update("jaxtyping_disable", True)
     try:

@@ -1,0 +1,46 @@
+"""Initializer defaults (Flax Linen's published ones) and the activation re-exports."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import pytreemod as pm
+from pytreemod.nn import initializers
+
+from ._compare import close, linen
+
+
+def test_defaults_are_flax_defaults() -> None:
+    nn = linen()
+    key = jax.random.key(0)
+    fields = nn.Dense.__dataclass_fields__
+    close(initializers.default_kernel_init(key, (3, 4)), fields["kernel_init"].default(key, (3, 4)))
+    close(initializers.default_bias_init(key, (4,)), fields["bias_init"].default(key, (4,)))
+    embed = nn.Embed.__dataclass_fields__["embedding_init"].default
+    close(initializers.default_embed_init(key, (6, 4)), embed(key, (6, 4)))
+    for layer in (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.BatchNorm):
+        assert layer.__dataclass_fields__["scale_init"].default is jax.nn.initializers.ones
+    assert nn.LayerNorm.__dataclass_fields__["bias_init"].default is jax.nn.initializers.zeros
+
+
+def test_partitioned_initializer_boxes_the_parameter() -> None:
+    init = pm.with_partitioning(initializers.lecun_normal(), (None, "mlp"))
+    layer = pm.nn.Linear(3, 4, kernel_init=init, key=jax.random.key(0))
+    assert isinstance(layer.kernel.value, pm.Partitioned)
+    assert layer.kernel.value.names == (None, "mlp")
+
+
+def test_attention_kernels_accept_full_shape_partitioning() -> None:
+    init = pm.with_partitioning(initializers.lecun_normal(in_axis=0, out_axis=(1, 2)),
+                                ("embed", "heads", None))
+    proj = pm.nn.ProjectHeads(4, 2, 2, kernel_init=init, key=jax.random.key(0))
+    assert isinstance(proj.kernel.value, pm.Partitioned) and proj.kernel.shape == (4, 2, 2)
+    flat = pm.with_partitioning(initializers.lecun_normal(), ("embed", "heads"))
+    with pytest.raises(pm.LayerConfigError, match=r"names the axes of the flattened \(4, 4\)"):
+        pm.nn.ProjectHeads(4, 2, 2, kernel_init=flat, key=jax.random.key(0))
+
+
+@pytest.mark.parametrize("name", ["relu", "gelu", "silu", "softmax", "log_softmax", "sigmoid"])
+def test_activations_are_jax_nn_functions(name: str) -> None:
+    assert getattr(pm.nn, name) is getattr(jax.nn, name)
+    assert pm.nn.tanh is jnp.tanh
