@@ -21,8 +21,11 @@ What it shows:
 
 The corpus needs no download: a fixed list of modules from the running Python's standard
 library. Run it with ``python examples/char_transformer.py [--steps N] [--seed S]
-[--sample-len N] [--no-plot]``; the defaults train for about four minutes on 2 CPU cores
-and write ``char_transformer_loss.png`` next to this file.
+[--sample-len N] [--no-plot]`` (model sizes: ``--d-model``, ``--layers``, ``--heads``,
+``--context``, ``--batch``). The defaults (600 steps of 16 windows of 128 characters)
+take about four minutes on 2 CPU cores shared with other jobs, bring the loss from about
+5.0 to about 1.5 nats per character, and write ``char_transformer_loss.png`` next to this
+file.
 """
 
 import argparse

@@ -355,7 +355,9 @@ class MultiHeadAttention(Module, typecheck=True):
         """A copy of this layer with an empty decoding cache for ``max_len`` positions.
 
         ``batch_shape``: the batch dimensions of the inputs ``decode`` will get (an int or
-        a tuple); ``dtype``: of the cached keys/values (default: the key kernel's).
+        a tuple); ``dtype``: of the cached keys/values (default: the key kernel's). For a
+        stack of layers built with ``pm.vmap``, call it under ``pm.vmap`` too, so each layer
+        gets its own cache.
         """
         batch = (batch_shape,) if isinstance(batch_shape, int) else tuple(batch_shape)
         kernel = var_value(self.key.kernel)

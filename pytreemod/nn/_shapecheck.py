@@ -170,6 +170,7 @@ def _array_annotation(annotation: Any) -> Any:
 
 
 def axes_text(n: int) -> str:
+    """``"1 axis"``, ``"3 axes"``."""
     return f"{n} axis" if n == 1 else f"{n} axes"
 
 
@@ -246,10 +247,8 @@ def _agree(seen: Any, size: Any, broadcast: bool) -> bool:
         return True
     if not broadcast:
         return False
-    if isinstance(seen, tuple) and isinstance(size, tuple):
-        if len(seen) != len(size):
-            return False
-        return all(a == b or a == 1 or b == 1 for a, b in zip(seen, size))
+    if isinstance(seen, tuple) and isinstance(size, tuple):  # numpy broadcasting: align right
+        return all(a == b or a == 1 or b == 1 for a, b in zip(seen[::-1], size[::-1]))
     return seen == 1 or size == 1
 
 

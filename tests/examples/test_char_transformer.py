@@ -50,29 +50,34 @@ def test_cached_decoding_matches_full_forward() -> None:
     example = _load_example()
     config = example.Config(d_model=32, layers=2, heads=2, context=16)
     vocab = 11
-    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
-        model = pm.jit(example.CharTransformer)(vocab, config, key=jax.random.key(0))
-        tokens = jnp.asarray(np.random.default_rng(1).integers(0, vocab, (2, 10)), jnp.int32)
-        full = pm.jit(model)(tokens)  # (2, 10, vocab); causal: position i sees tokens[:, :i+1]
-        decode_step = pm.jit(example.decode_step)
+    # The model itself is promotion-clean: this runs under the conftest's strict rules.
+    model = pm.jit(example.CharTransformer)(vocab, config, key=jax.random.key(0))
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, vocab, (2, 10)), jnp.int32)
+    full = pm.jit(model)(tokens)  # (2, 10, vocab); causal: position i sees tokens[:, :i+1]
+    decode_step = pm.jit(example.decode_step)
 
-        # A prompt of 4 positions at once, then one position per step through the cache.
-        cached = model.init_cache(2)
-        logits, cached = decode_step(cached, tokens[:, :4])
-        steps = [logits]
-        for i in range(4, 10):
-            logits, cached = decode_step(cached, tokens[:, i : i + 1])
-            steps.append(logits)
-        decoded = jnp.concatenate(steps, axis=1)
-        np.testing.assert_allclose(decoded, full, rtol=1e-4, atol=1e-4)
-        index = cached.blocks.attn.cache_index
-        assert index is not None
-        assert index.value.tolist() == [10, 10]  # one index per stacked block
+    # A prompt of 4 positions at once, then one position per step through the cache.
+    cached = model.init_cache(2)
+    logits, cached = decode_step(cached, tokens[:, :4])
+    steps = [logits]
+    for i in range(4, 10):
+        logits, cached = decode_step(cached, tokens[:, i : i + 1])
+        steps.append(logits)
+    decoded = jnp.concatenate(steps, axis=1)
+    np.testing.assert_allclose(decoded, full, rtol=1e-4, atol=1e-4)
+    index = cached.blocks.attn.cache_index
+    assert index is not None
+    assert index.value.tolist() == [10, 10]  # one index per stacked block
 
-        # The jitted prefill gives the last position's logits and the same cache state.
-        last, prefilled = example.prefill(model.init_cache(2), tokens)
-        np.testing.assert_allclose(last, full[:, -1], rtol=1e-4, atol=1e-4)
-        assert pm.tree_equal(
-            pm.state(prefilled, "cache")["blocks"]["attn"]["cache_index"],
-            pm.state(cached, "cache")["blocks"]["attn"]["cache_index"],
-        )
+    # Decoding wrote only the cache: the parameters are the model's.
+    assert pm.tree_equal(pm.state(cached, "params"), pm.state(model, "params"))
+
+    # The jitted prefill of all 10 positions at once: the last position's logits, and the
+    # same cache (keys, values, index) as the step-by-step decoding.
+    last, prefilled = example.prefill(model.init_cache(2), tokens)
+    np.testing.assert_allclose(last, full[:, -1], rtol=1e-4, atol=1e-4)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+        pm.state(prefilled, "cache"),
+        pm.state(cached, "cache"),
+    )

@@ -47,6 +47,25 @@ def test_functional_op_outside_a_module() -> None:
         F.linear(jnp.ones((2, 3), jnp.int32), jnp.ones((3, 4)))
 
 
+def test_layer_method_arguments_are_checked_with_the_same_messages(getkey: Key) -> None:
+    attn = jax.eval_shape(lambda k: pm.nn.MultiHeadAttention(2, 8, key=k), getkey())
+    with pytest.raises(pm.ShapeError) as info:
+        jax.eval_shape(lambda m: m(jnp.ones((2, 5, 8)), jnp.ones((3, 4, 8))), attn)
+    assert str(info.value) == (
+        "MultiHeadAttention.__call__(inputs_q=f32[2, 5, 8], inputs_k=f32[3, 4, 8]): dimension "
+        "'batch' does not agree: it is (3,) in 'inputs_k' (f32[3, 4, 8], axis 0 of \"*batch "
+        "kv_len kv_features\") but (2,) in 'inputs_q' (f32[2, 5, 8], axis 0 of \"*batch q_len "
+        'q_features")'
+    )
+    with pytest.raises(pm.ShapeError, match=r"^Linear.__call__\(x=i32\[2, 3\]\): argument 'x' has "
+                       r"dtype int32 \(i32\[2, 3\]\); Float expected$"):
+        pm.nn.Linear(3, 4, key=getkey())(jnp.ones((2, 3), jnp.int32))
+    with pytest.raises(pm.ShapeError, match=r"LayerNorm.__call__\(x=f32\[\]\): argument 'x' "
+                       r'is f32\[\] \(0 axes\) but its annotation "\*batch features" needs at '
+                       r"least 1 axis"):
+        pm.nn.LayerNorm(3)(jnp.ones(()))
+
+
 def test_attention_key_value_lengths_must_agree() -> None:
     q = jnp.ones((2, 5, 4, 8))
     with pytest.raises(
