@@ -68,8 +68,10 @@ def max_pool(
     >>> F.max_pool(jnp.arange(8.0).reshape(1, 4, 2, 1), (2, 2)).ravel().tolist()
     [3.0, 5.0, 7.0]
     """
-    init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).min
-    return pool(x, jnp.asarray(init, x.dtype), lax.max, window_shape, strides, padding,
+    # A concrete NumPy scalar, not a jax array: lax.reduce_window then uses its
+    # differentiable max/min/add reductions (a traced init value is not differentiable).
+    init = -np.inf if jnp.issubdtype(x.dtype, jnp.inexact) else np.iinfo(x.dtype).min
+    return pool(x, np.array(init, x.dtype), lax.max, window_shape, strides, padding,
                 op="max_pool")
 
 
@@ -87,8 +89,8 @@ def min_pool(
     >>> F.min_pool(jnp.arange(4.0).reshape(1, 4, 1), (2,), strides=(2,)).ravel().tolist()
     [0.0, 2.0]
     """
-    init = jnp.inf if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).max
-    return pool(x, jnp.asarray(init, x.dtype), lax.min, window_shape, strides, padding,
+    init = np.inf if jnp.issubdtype(x.dtype, jnp.inexact) else np.iinfo(x.dtype).max
+    return pool(x, np.array(init, x.dtype), lax.min, window_shape, strides, padding,
                 op="min_pool")
 
 
@@ -108,7 +110,7 @@ def avg_pool(
     >>> F.avg_pool(jnp.arange(4.0).reshape(1, 4, 1), (2,), strides=(2,)).ravel().tolist()
     [0.5, 2.5]
     """
-    zero = jnp.asarray(0, x.dtype)
+    zero = np.array(0, x.dtype)
     y = pool(x, zero, lax.add, window_shape, strides, padding, op="avg_pool")
     if count_include_pad:
         return y / np.prod(window_shape).astype(x.dtype)

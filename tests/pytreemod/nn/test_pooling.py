@@ -57,3 +57,14 @@ def test_pool_errors() -> None:
         F.max_pool(jnp.ones(4), (2, 2))
     with pytest.raises(pm.LayerConfigError, match=r"strides \(1,\) and window_shape \(2, 2\)"):
         F.max_pool(jnp.ones((1, 4, 4, 1)), (2, 2), (1,))
+
+
+@pytest.mark.parametrize("pool", ["max_pool", "min_pool", "avg_pool"])
+def test_pooling_is_differentiable_under_jit(pool: str) -> None:
+    fn = getattr(pm.nn, pool)
+    x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))
+    grad = jax.jit(jax.grad(lambda x: fn(x, (2, 2), strides=(2, 2)).sum()))(x)
+    # every input lands in exactly one non-overlapping window: max/min route one unit of
+    # gradient per window, the average spreads it evenly.
+    expected = 2 * 4 * 4 * 3 if pool != "avg_pool" else x.size / 4
+    assert float(grad.sum()) == pytest.approx(expected)
