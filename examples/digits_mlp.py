@@ -18,7 +18,6 @@ seconds on a CPU, and writes ``digits_mlp_loss.png`` next to this file.
 """
 
 # jaxtyping's shape strings ("batch features") are not forward references:
-# ruff: noqa: F722
 
 import argparse
 import pathlib

@@ -73,7 +73,10 @@ class ProjectHeads(Module, typecheck=True):
     ) -> Float[jax.Array, "*batch heads head_dim"]:
         """Project ``x`` of shape ``(*batch, in_features)``."""
         return L.project_heads(
-            x, var_value(self.kernel), var_value(self.bias), dtype=self.dtype,
+            x,
+            var_value(self.kernel),
+            var_value(self.bias),
+            dtype=self.dtype,
             precision=self.precision,
         )
 
@@ -124,7 +127,10 @@ class MergeHeads(Module, typecheck=True):
     ) -> Float[jax.Array, "*batch out_features"]:
         """Project ``x`` of shape ``(*batch, heads, head_dim)``."""
         return L.merge_heads(
-            x, var_value(self.kernel), var_value(self.bias), dtype=self.dtype,
+            x,
+            var_value(self.kernel),
+            var_value(self.bias),
+            dtype=self.dtype,
             precision=self.precision,
         )
 
@@ -250,19 +256,32 @@ class MultiHeadAttention(Module, typecheck=True):
         kv_in = kv_features or in_features
         out = out_features or in_features
         kq, kk, kv, ko = jax.random.split(key, 4)
-        common = dict(
-            use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, precision=precision
-        )
+        common = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, precision=precision)
         self.query = ProjectHeads(
-            in_features, num_heads, head_dim, kernel_init=kernel_init, bias_init=bias_init,
-            key=kq, **common,
+            in_features,
+            num_heads,
+            head_dim,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            key=kq,
+            **common,
         )
         self.key = ProjectHeads(
-            kv_in, num_heads, head_dim, kernel_init=kernel_init, bias_init=bias_init, key=kk,
+            kv_in,
+            num_heads,
+            head_dim,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            key=kk,
             **common,
         )
         self.value = ProjectHeads(
-            kv_in, num_heads, head_dim, kernel_init=kernel_init, bias_init=bias_init, key=kv,
+            kv_in,
+            num_heads,
+            head_dim,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            key=kv,
             **common,
         )
         self.out = MergeHeads(

@@ -29,8 +29,7 @@ def _kernel_size(kernel_size: int | Sequence[int], num_spatial_dims: int | None)
     size = tuple(int(k) for k in kernel_size)
     if num_spatial_dims is not None and len(size) != num_spatial_dims:
         raise LayerConfigError(
-            f"kernel_size={size} has {len(size)} entries but num_spatial_dims="
-            f"{num_spatial_dims}."
+            f"kernel_size={size} has {len(size)} entries but num_spatial_dims={num_spatial_dims}."
         )
     return size
 

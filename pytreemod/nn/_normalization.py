@@ -108,8 +108,14 @@ class LayerNorm(Module, typecheck=True):
         key: jax.Array | None = None,
     ):
         self.scale, self.bias = _init_params(
-            "LayerNorm", _shape(features), param_dtype, use_scale, use_bias, scale_init,
-            bias_init, key,
+            "LayerNorm",
+            _shape(features),
+            param_dtype,
+            use_scale,
+            use_bias,
+            scale_init,
+            bias_init,
+            key,
         )
         self.epsilon = epsilon
         self.reduction_axes = _axes(reduction_axes)
@@ -262,7 +268,13 @@ class GroupNorm(Module, typecheck=True):
     ):
         self.num_groups = F.group_norm_groups(features, num_groups, group_size)
         self.scale, self.bias = _init_params(
-            "GroupNorm", (features,), param_dtype, use_scale, use_bias, scale_init, bias_init,
+            "GroupNorm",
+            (features,),
+            param_dtype,
+            use_scale,
+            use_bias,
+            scale_init,
+            bias_init,
             key,
         )
         self.epsilon = epsilon

@@ -89,7 +89,14 @@ def dot_product_attention_weights(
     """
     query, key = promote_dtype(query, key, dtype=dtype)
     return _weights(
-        query, key, bias, mask, dropout_rate, dropout_key, broadcast_dropout, deterministic,
+        query,
+        key,
+        bias,
+        mask,
+        dropout_rate,
+        dropout_key,
+        broadcast_dropout,
+        deterministic,
         precision,
     )
 
@@ -139,7 +146,14 @@ def dot_product_attention(
             )
         return _jax_attention(query, key, value, bias, mask, implementation)
     weights = _weights(
-        query, key, bias, mask, dropout_rate, dropout_key, broadcast_dropout, deterministic,
+        query,
+        key,
+        bias,
+        mask,
+        dropout_rate,
+        dropout_key,
+        broadcast_dropout,
+        deterministic,
         precision,
     )
     return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)

@@ -71,8 +71,7 @@ def max_pool(
     # A concrete NumPy scalar, not a jax array: lax.reduce_window then uses its
     # differentiable max/min/add reductions (a traced init value is not differentiable).
     init = -np.inf if jnp.issubdtype(x.dtype, jnp.inexact) else np.iinfo(x.dtype).min
-    return pool(x, np.array(init, x.dtype), lax.max, window_shape, strides, padding,
-                op="max_pool")
+    return pool(x, np.array(init, x.dtype), lax.max, window_shape, strides, padding, op="max_pool")
 
 
 @checked
@@ -90,8 +89,7 @@ def min_pool(
     [0.0, 2.0]
     """
     init = np.inf if jnp.issubdtype(x.dtype, jnp.inexact) else np.iinfo(x.dtype).max
-    return pool(x, np.array(init, x.dtype), lax.min, window_shape, strides, padding,
-                op="min_pool")
+    return pool(x, np.array(init, x.dtype), lax.min, window_shape, strides, padding, op="min_pool")
 
 
 @checked
