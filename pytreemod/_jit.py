@@ -207,6 +207,14 @@ class _JitWrapper(Generic[P, R]):
 
     def _slow(self, tree: Any, leaves: list[Any], treedef: Any, has_kwargs: bool) -> Any:
         """First calls, static or shared leaves, and shape-dependent outputs."""
+        entry, dyn = self._resolve(tree, leaves, treedef, has_kwargs)
+        out = entry.jitted(*dyn)  # first: tracing sets entry.build
+        return entry.build(out)
+
+    def _resolve(
+        self, tree: Any, leaves: list[Any], treedef: Any, has_kwargs: bool
+    ) -> tuple[_Entry, list[Any]]:
+        """The compiled entry for a call tree, and the arrays to pass to it."""
         if len(set(map(id, leaves))) == len(leaves):
             if _all_arrays(leaves):
                 key: Any = treedef
@@ -231,8 +239,7 @@ class _JitWrapper(Generic[P, R]):
             entry = self._new_entry(key, kind, tree, info, has_kwargs)
         if entry.ambiguous:
             entry = self._by_aval(entry, dyn)
-        out = entry.jitted(*dyn)
-        return entry.build(out)
+        return entry, dyn
 
     def _by_aval(self, entry: _Entry, dyn: list[Any]) -> _Entry:
         avals = tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in dyn)
@@ -326,21 +333,18 @@ class _JitWrapper(Generic[P, R]):
         return tuple(positions)
 
     def lower(self, *args: P.args, **kwargs: P.kwargs) -> Any:
-        """Lower for ``(args, kwargs)`` without running: ``.lower(...).compile()``."""
-        tree = (self._fun, args, kwargs) if self._fun_is_tree else (args, kwargs)
-        skeleton, dyn, _ = pack(tree)
-        fun: Callable[..., Any] = self._fun
-        fun_is_tree = self._fun_is_tree
+        """Lower for ``(args, kwargs)`` without running: ``.lower(...).compile()``.
 
-        def traced(*dyn: Any) -> Any:
-            rebuilt = unpack(skeleton, dyn)
-            f, a, k = rebuilt if fun_is_tree else (fun, *rebuilt)
-            leaves = _flatten(f(*a, **k))[0]
-            return [x for x in leaves if is_array(x)]
-
-        # The same donation as a call, so the lowered program is the one a call runs.
-        donate = self._donate_positions(self._fun, args, kwargs) if self._donate else ()
-        return jax.jit(traced, donate_argnums=donate, **self._jit_kwargs).lower(*dyn)
+        Goes through the same compiled entry a call would use, so the lowered program
+        (donation included) is exactly the one a call runs.
+        """
+        if kwargs:
+            tree = (self._fun, args, kwargs) if self._fun_is_tree else (args, kwargs)
+        else:
+            tree = (self._fun, args) if self._fun_is_tree else args
+        leaves, treedef = _flatten(tree)
+        entry, dyn = self._resolve(tree, leaves, treedef, bool(kwargs))
+        return entry.jitted.lower(*dyn)
 
 
 @overload
