@@ -3,8 +3,9 @@
 raw JAX, pytreemod and Equinox.
 
 Run: ``python -m benchmarks.compile_depth`` (prints a Markdown table). Each number is
-trace + lower + compile of ``jax.value_and_grad`` of the loss, best of ``--repeats``, with
-JAX's caches cleared before each measurement.
+trace + lower + compile of ``jax.value_and_grad`` of the loss, best of ``--repeats``
+rounds, with JAX's caches cleared before each measurement; every round interleaves all
+variants and depths, so drift in the process cannot pass for a depth effect.
 """
 
 import argparse
@@ -126,13 +127,20 @@ def variants(depth: int) -> dict[str, Callable[[], tuple[Callable[..., Any], tup
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--depths", type=int, nargs="+", default=[8, 32, 64])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     print(f"Machine: {machine()}\n")
+    # Interleave every (variant, depth) pair within each round and keep the best round:
+    # measuring all of depth 8 first and depth 64 last lets drift in the process (heap
+    # growth, background load) masquerade as a depth effect.
+    makers = {depth: variants(depth) for depth in args.depths}
     results: dict[str, dict[int, float]] = {}
-    for depth in args.depths:
-        for name, make in variants(depth).items():
-            results.setdefault(name, {})[depth] = compile_seconds(make, args.repeats)
+    for _ in range(args.repeats):
+        for depth in args.depths:
+            for name, make in makers[depth].items():
+                seconds = compile_seconds(make, 1)
+                by_depth = results.setdefault(name, {})
+                by_depth[depth] = min(by_depth.get(depth, float("inf")), seconds)
     head = " | ".join(f"depth {d} (s)" for d in args.depths)
     first, last = args.depths[0], args.depths[-1]
     print(f"| variant | {head} | depth {last} / depth {first} |")
