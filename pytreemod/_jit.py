@@ -1,22 +1,33 @@
 """``jit``: ``jax.jit`` over any arguments; arrays are traced, everything else is static.
 
-Dispatch is built to cost what ``jax.jit`` costs. Per call the wrapper flattens the
-arguments once on JAX's C++ path (modules and variables are C++ dataclass nodes), then:
+Dispatch is built to cost what ``jax.jit`` costs. Two things make a call expensive in
+Python: walking every leaf (to find non-array leaves, which are static, and Variables
+reached twice, which are tied) and building the output modules. The first is avoided by
+recognising arguments instead of walking them:
 
-- **fast path**: every leaf is an array and no array occurs twice: the treedef alone
-  keys the cache and the leaves go straight to the compiled function;
+- **fast path**: the arguments match a pattern learned from an earlier checked call
+  (``_Pattern``): each is an array, a container of arrays, a part of the previous output
+  (built by the call, so it shares no Variable with anything older) or an object the
+  check saw. The tree then goes straight into ``jax.jit``'s C++ dispatch, which flattens
+  it once; the Python work is one generated test and the output builder.
+- **plain path**: the first call, or an unknown argument: flatten, check that every leaf
+  is an array and no leaf occurs twice, then as above. The treedef keys the cache.
 - **static path**: some leaves are not arrays (functions, Python numbers, strings): the
-  treedef and those leaves key the cache;
-- **shared path**: an array occurs twice, which is how a Variable shared by two places
+  treedef and those leaves key the cache.
+- **shared path**: a leaf occurs twice, which is how a Variable shared by two places
   (tied weights) looks after flattening: the arguments are packed by Variable identity
   (``_pack``), so the tie survives into the traced function and out of it.
 
-Outputs are split the same way when the function is traced; the per-call work is one
-``tree_unflatten`` (plus filling in static leaves if the output has any).
+Outputs are split when the function is traced; per call, a generated builder
+(``_codegen``) rebuilds the output tree from its arrays.
+
+Recognising arguments by identity relies on models being immutable: a list or dict
+inside a module changed in place after the module was passed to ``jit`` is not noticed.
 """
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -26,8 +37,10 @@ import jax.tree_util as jtu
 from ._codegen import compile_unflatten
 from ._errors import TransformError
 from ._filters import FilterLike, to_filter
+from ._module import BoundMethod, Module
 from ._pack import Skeleton, pack, unpack
 from ._tree import format_path, is_array
+from ._variables import Variable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -122,32 +135,179 @@ def _eq(x: Any, y: Any) -> bool:
         return False
 
 
+# Types whose instances can be recognised by identity: immutable at the top level, so their
+# structure cannot change once checked. (Lists and dicts are looked into on every call.)
+_FROZEN_TYPES = (Module, BoundMethod, Variable, tuple)
+_CONTAINERS = (dict, list, tuple)
+_PATTERNS_PER_ENTRY = 4
+
+
+class _Last:
+    """The latest output of a wrapper that can be recognised on the next call: its parts
+    (``items``) and the entry that built them (``entry``)."""
+
+    __slots__ = ("entry", "items")
+
+    def __init__(self) -> None:
+        self.items: tuple[Any, ...] = ()
+        self.entry: _Entry | None = None
+
+
+class _Pattern:
+    """How the arguments of a checked call looked, as a generated test for the next call.
+
+    Each argument is one of: an array (its type is tested), an item of the wrapper's
+    latest output (identity), an object the check saw (identity; kept alive here, so the
+    id cannot be reused), or a container of arrays (flattened and compared). Arguments
+    passing the test need no walk: objects seen by one check share no Variable with each
+    other, and an output's parts are built by the call, so they share no Variable with
+    anything that existed before them, including every object a pattern holds.
+    """
+
+    __slots__ = ("entry", "fixed", "invoke", "kinds", "test")
+
+    def __init__(
+        self, entry: "_Entry", test: Callable[..., bool], fixed: tuple[Any, ...], kinds: str
+    ):
+        self.entry = entry
+        self.test = test
+        self.fixed = fixed
+        self.kinds = kinds  # per argument: a(rray), l(ast output), x (held), c(ontainer)
+        if entry.tjit is not None:
+            self.invoke: Callable[..., Any] = entry.tjit
+        else:
+            jitted = entry.jitted
+            self.invoke = lambda *targs: jitted(*_flatten(targs)[0])
+
+
+def _pure_ok(x: Any, treedef: Any) -> bool:
+    leaves, td = _flatten(x)
+    return td == treedef and set(map(type, leaves)) <= _ARRAY_TYPES
+
+
+def _is_pure(treedef: Any) -> bool:
+    """Whether ``treedef`` is made of dicts, lists, tuples and None only."""
+    data = treedef.node_data()
+    if data is None:
+        return True
+    if data[0] not in (dict, list, tuple, type(None)):
+        return False
+    return all(_is_pure(c) for c in treedef.children())
+
+
+def _learn_pattern(
+    entry: "_Entry", targs: tuple[Any, ...], parts: Sequence[Any], last: _Last
+) -> _Pattern | None:
+    """A pattern for the arguments of a checked plain call, or None if some argument can
+    only be checked by walking it."""
+    conds = [f"len(t) == {len(targs)}"]
+    consts: dict[str, Any] = {"_AT": _ARRAY_TYPES, "_pure_ok": _pure_ok}
+    fixed = []
+    kinds = ""
+    for i, (a, part) in enumerate(zip(targs, parts)):
+        if type(a) in _ARRAY_TYPES:
+            kinds += "a"
+            conds.append(f"type(t[{i}]) in _AT")
+            continue
+        j = next((j for j, o in enumerate(last.items) if o is a), None)
+        if j is not None:
+            kinds += "l"
+            conds.append(f"t[{i}] is L[{j}]")
+        elif isinstance(a, _FROZEN_TYPES):
+            kinds += "x"
+            consts[f"x{i}"] = a
+            fixed.append(a)
+            conds.append(f"t[{i}] is x{i}")
+        elif type(a) in _CONTAINERS and _is_pure(part):
+            kinds += "c"
+            consts[f"c{i}"] = type(a)
+            consts[f"d{i}"] = part
+            conds.append(f"type(t[{i}]) is c{i} and _pure_ok(t[{i}], d{i})")
+        else:
+            return None
+    if "l" in kinds:
+        consts["_E"] = last.entry
+        conds.insert(1, "S.entry is _E and (L := S.items) is not None")
+    names = ", ".join(consts)
+    source = f"def factory({names}):\n    return lambda t, S: {' and '.join(conds)}\n"
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)
+    return _Pattern(entry, namespace["factory"](**consts), tuple(fixed), kinds)
+
+
 class _Entry:
     """One compiled function: a ``jax.jit`` object plus how to rebuild its outputs."""
 
-    __slots__ = ("ambiguous", "build", "by_aval", "donate", "fast", "jitted", "out", "single")
+    __slots__ = (
+        "ambiguous",
+        "build",
+        "by_aval",
+        "donate",
+        "fast",
+        "jitted",
+        "keep",
+        "out",
+        "patterns",
+        "plain",
+        "single",
+        "tjit",
+    )
 
     def __init__(self) -> None:
-        self.jitted: Any = None
+        self.jitted: Any = None  # over the flat list of arrays
+        self.tjit: Any = None  # over the argument trees themselves (plain entries)
         self.out: _Out | None = None
         self.ambiguous = False
         self.fast = False  # usable by the fast path: traced once, output rebuild known
+        self.plain = False
         self.single = False
         self.build: Callable[[Any], Any] = _identity
         self.by_aval: dict[Any, _Entry] = {}
         self.donate: tuple[int, ...] = ()
+        # The parts of an output the next call may pass back (see _Last), or None.
+        self.keep: Callable[[Any], tuple[Any, ...]] | None = None
+        self.patterns: list[_Pattern] = []  # the wrapper's patterns (shared list)
 
     def record(self, out: Any) -> Any:
         spec = _Out(out)
         if self.out is not None and not self.out.same(spec):
             # Retraced (new shapes) and the output's static part changed: from now on,
-            # calls are keyed by input shapes too.
+            # calls are keyed by input shapes too, and no pattern may skip that.
             self.ambiguous = True
+            self.patterns[:] = [p for p in self.patterns if p.entry is not self]
         self.out = spec
         self.single = spec.kind == "single"
         self.build = spec.build
         self.fast = not self.ambiguous
+        self.keep = _keeper(spec)
         return spec.split(out)
+
+
+def _keeper(spec: _Out) -> Callable[[Any], tuple[Any, ...]] | None:
+    """The parts of an output worth recognising on the next call: the items of an output
+    tuple (or the output itself) that are modules, Variables or tuples, when every leaf of
+    the output is an array."""
+    if spec.kind != "tree" or spec.static:
+        return None
+    data = spec.treedef.node_data()
+    if data is not None and data[0] is tuple:
+        children = spec.treedef.children()
+        index = [
+            i
+            for i, c in enumerate(children)
+            if (d := c.node_data()) is not None
+            and isinstance(d[0], type)
+            and issubclass(d[0], _FROZEN_TYPES)
+        ]
+        if not index:
+            return None
+        if len(index) == 1:
+            (only,) = index
+            return lambda out: (out[only],)
+        return operator.itemgetter(*index)
+    if data is not None and isinstance(data[0], type) and issubclass(data[0], _FROZEN_TYPES):
+        return lambda out: (out,)
+    return None
 
 
 def _call_form(fun_is_tree: bool, has_kwargs: bool) -> Callable[[Any], tuple[Any, Any, Any]]:
@@ -173,43 +333,98 @@ class _JitWrapper(Generic[P, R]):
         self._donate = tuple(
             d if isinstance(d, DonateState) else DonateState(d, True) for d in donate_argnums
         )
+        # Whole-argument donation can be given to jax.jit as is; a filter that selects
+        # part of an argument needs the flat list of arrays.
+        self._tree_mode = all(d.filter is True for d in self._donate)
         self._jit_kwargs = jit_kwargs
         self._cache: dict[Any, _Entry] = {}
+        self._last = _Last()
+        self._patterns: list[_Pattern] = []  # most recently learned or used first
 
     def make_call(self) -> Callable[P, R]:
-        """The function users call. Its common case (every leaf an array, no leaf twice, a
-        compiled entry for this treedef) is a handful of C-level operations."""
-        cache = self._cache
+        """The function users call. Its common case (every argument an array, a piece of
+        the previous output, or an object checked before) is one generated test, then
+        JAX's own C++ dispatch, then the generated output builder."""
+        patterns = self._patterns
+        last = self._last
         flatten = _flatten
-        all_arrays = _all_arrays
         slow = self._slow
         fun = self._fun
         fun_is_tree = self._fun_is_tree
 
         def call(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            if kwargs:
-                tree = (fun, args, kwargs) if fun_is_tree else (args, kwargs)
-            else:
+            if not kwargs:
+                targs = (fun, *args) if fun_is_tree else args
+                for pattern in patterns:
+                    if pattern.test(targs, last):
+                        entry = pattern.entry
+                        out = pattern.invoke(*targs)
+                        # Read after the call: a retrace (new shapes) may have replaced it.
+                        if entry.single:
+                            return out
+                        out = entry.build(out)
+                        keep = entry.keep
+                        if keep is not None:
+                            last.items = keep(out)
+                            last.entry = entry
+                        return out
                 tree = (fun, args) if fun_is_tree else args
+            else:
+                tree = (fun, args, kwargs) if fun_is_tree else (args, kwargs)
             leaves, treedef = flatten(tree)
-            if len(set(map(id, leaves))) == len(leaves) and all_arrays(leaves):
-                entry = cache.get(treedef)
-                if entry is not None and entry.fast:
-                    out = entry.jitted(*leaves)
-                    return out if entry.single else entry.build(out)
-            return slow(tree, leaves, treedef, bool(kwargs))
+            return slow(tree, leaves, treedef, args, kwargs)
 
         functools.update_wrapper(call, fun)  # type: ignore[arg-type]
         call.lower = self.lower  # type: ignore[attr-defined]
+        call.clear_cache = self.clear_cache  # type: ignore[attr-defined]
         call._pytreemod_jit = self  # type: ignore[attr-defined]
         return call  # type: ignore[return-value]
 
-    def _slow(self, tree: Any, leaves: list[Any], treedef: Any, has_kwargs: bool) -> Any:
-        """First calls, static or shared leaves, and shape-dependent outputs."""
-        entry, dyn = self._resolve(tree, leaves, treedef, has_kwargs)
-        out = entry.jitted(*dyn)  # first: tracing sets entry.build
-        return entry.build(out)
+    def clear_cache(self) -> None:
+        """Drop the compiled functions and every reference kept to recognise arguments."""
+        self._cache.clear()
+        self._patterns.clear()
+        self._last.items = ()
+        self._last.entry = None
+
+    def _slow(
+        self, tree: Any, leaves: list[Any], treedef: Any, args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        """First calls, unknown arguments, static or shared leaves, shape-dependent outputs."""
+        entry, dyn = self._resolve(tree, leaves, treedef, bool(kwargs))
+        targs = (self._fun, *args) if self._fun_is_tree else args
+        if entry.tjit is not None:
+            out = entry.tjit(*targs, **kwargs)
+        else:
+            out = entry.jitted(*dyn)  # first: tracing sets entry.build
+        out = entry.build(out)
+        if entry.plain and entry.fast and not kwargs:
+            parts = treedef.children()
+            if self._fun_is_tree:
+                parts = [parts[0], *parts[1].children()]
+            self._learn(entry, targs, parts)
+        if entry.keep is not None and not entry.single:
+            self._last.items = entry.keep(out)
+            self._last.entry = entry
+        return out
+
+    def _learn(self, entry: _Entry, targs: tuple[Any, ...], parts: Sequence[Any]) -> None:
+        """After a checked plain call: a pattern so the next such call skips the check."""
+        pattern = _learn_pattern(entry, targs, parts, self._last)
+        if pattern is None:
+            return
+        # Patterns of this entry holding an object where the new one takes a part of the
+        # previous output are superseded (the initial model of a training loop): dropping
+        # them stops them keeping that object alive. A few others are kept.
+        mine = [p for p in self._patterns if p.entry is entry]
+        for old in mine:
+            if any(k == "l" and o == "x" for k, o in zip(pattern.kinds, old.kinds)):
+                self._patterns.remove(old)
+                mine.remove(old)
+        for old in mine[_PATTERNS_PER_ENTRY - 1 :]:
+            self._patterns.remove(old)
+        self._patterns.insert(0, pattern)
 
     def _resolve(
         self, tree: Any, leaves: list[Any], treedef: Any, has_kwargs: bool
@@ -246,10 +461,10 @@ class _JitWrapper(Generic[P, R]):
         sub = entry.by_aval.get(avals)
         if sub is None:
             sub = _Entry()
-            traced = entry.jitted.__wrapped__
+            rebuild = entry.jitted.__wrapped__
             sub.donate = entry.donate  # same arguments, so the same donation
             sub.jitted = jax.jit(
-                lambda *dyn: traced(*dyn, _entry=sub),
+                lambda *dyn: rebuild(*dyn, _entry=sub),
                 donate_argnums=sub.donate,
                 **self._jit_kwargs,
             )
@@ -281,8 +496,10 @@ class _JitWrapper(Generic[P, R]):
 
     def _new_entry(self, key: Any, kind: str, tree: Any, info: Any, has_kwargs: bool) -> _Entry:
         entry = _Entry()
+        entry.patterns = self._patterns
         fun: Callable[..., Any] = self._fun
-        split_call = _call_form(self._fun_is_tree, has_kwargs)
+        fun_is_tree = self._fun_is_tree
+        split_call = _call_form(fun_is_tree, has_kwargs)
 
         if kind == "plain":
             treedef = key
@@ -311,7 +528,18 @@ class _JitWrapper(Generic[P, R]):
         f_, a_, k_ = split_call(tree)
         donate = self._donate_positions(f_, a_, k_) if self._donate else ()
         entry.donate = donate
+        entry.plain = kind == "plain"
         entry.jitted = jax.jit(traced, donate_argnums=donate, **self._jit_kwargs)
+        if entry.plain and self._tree_mode:
+            # The arguments go to jax.jit as they are: JAX flattens them once, in C++.
+            def traced_tree(*targs: Any, **kwargs: Any) -> Any:
+                f, a = (targs[0], targs[1:]) if fun_is_tree else (fun, targs)
+                return entry.record(f(*a, **kwargs))
+
+            offset = 1 if fun_is_tree else 0
+            n_args = len(a_)
+            whole = tuple(sorted({d.argnum + offset for d in self._donate if d.argnum < n_args}))
+            entry.tjit = jax.jit(traced_tree, donate_argnums=whole, **self._jit_kwargs)
         self._cache[key] = entry
         return entry
 
@@ -336,7 +564,10 @@ class _JitWrapper(Generic[P, R]):
         """Lower for ``(args, kwargs)`` without running: ``.lower(...).compile()``.
 
         Goes through the same compiled entry a call would use, so the lowered program
-        (donation included) is exactly the one a call runs.
+        (donation included) is exactly the one a call runs. The compiled program returns
+        the output's arrays as a flat list. It takes the arguments as given when every leaf
+        is an array and no Variable is shared; otherwise (and when a ``DonateState``
+        filter selects part of an argument) it takes the flat list of traced arrays.
         """
         if kwargs:
             tree = (self._fun, args, kwargs) if self._fun_is_tree else (args, kwargs)
@@ -344,6 +575,9 @@ class _JitWrapper(Generic[P, R]):
             tree = (self._fun, args) if self._fun_is_tree else args
         leaves, treedef = _flatten(tree)
         entry, dyn = self._resolve(tree, leaves, treedef, bool(kwargs))
+        if entry.tjit is not None:
+            targs = (self._fun, *args) if self._fun_is_tree else args
+            return entry.tjit.lower(*targs, **kwargs)
         return entry.jitted.lower(*dyn)
 
 

@@ -485,8 +485,186 @@ def test_lower_shows_donation_and_compiles() -> None:
     plain_text = lowered.as_text()
     assert "tf.aliasing_output" not in plain_text and "jax.buffer_donor" not in plain_text
     compiled = lowered.compile()
-    # The compiled program takes the traced arrays (weight, stats, x) and returns the
-    # output's arrays in order.
-    outs = compiled(m.weight.value, m.stats.value, x)
+    # The compiled program takes the arguments as given and returns the output's arrays
+    # in order.
+    outs = compiled(m, x)
     np.testing.assert_allclose(outs[0], 2.0)
     np.testing.assert_allclose(outs[2], 2.0)
+
+
+# --- the fast path: arguments recognised without walking them ---------------------------
+
+
+def _slow_calls(f: Any) -> Callable[[], int]:
+    """Count the calls of ``f`` that walk their arguments (the checked path)."""
+    wrapper = f._pytreemod_jit
+    count = [0]
+    original = wrapper._resolve  # every checked call resolves its entry
+
+    def counting(*a: Any, **k: Any) -> Any:
+        count[0] += 1
+        return original(*a, **k)
+
+    wrapper._resolve = counting
+    return lambda: count[0]
+
+
+def _step_fn() -> Any:
+    @pm.jit
+    def step(m: Linear, s: Any, x: jax.Array) -> Any:
+        m = pm.tree_at(lambda m: m.weight, m, pm.Param(m.weight.value + x.sum()))
+        return m, (s[0] + 1.0, s[1]), x.sum()
+
+    return step
+
+
+def test_training_loop_takes_fast_path_after_two_calls(getkey: Callable[[], jax.Array]) -> None:
+    step = _step_fn()
+    slow = _slow_calls(step)
+    m, s = Linear(2, 2, key=getkey()), (jnp.zeros(()), jnp.ones(2))
+    start = m.weight.value
+    for i in range(6):
+        m, s, _ = step(m, s, jnp.ones(2) * i)
+    # First call: checked; second: its arguments are the first output, a new pattern;
+    # every later call passes the previous output straight to jax.jit.
+    assert slow() == 2
+    np.testing.assert_allclose(m.weight.value, start + 2.0 * sum(range(6)), rtol=1e-6)
+    np.testing.assert_allclose(s[0], 6.0)
+
+
+def test_fixed_model_forward_takes_fast_path(getkey: Callable[[], jax.Array]) -> None:
+    f = pm.jit(lambda m, x: m(x))
+    slow = _slow_calls(f)
+    m = Linear(2, 3, key=getkey())
+    for i in range(4):
+        np.testing.assert_allclose(f(m, _x() * i), m(_x() * i), rtol=1e-6)
+    assert slow() == 1
+
+
+def test_batch_dict_of_arrays_takes_fast_path(getkey: Callable[[], jax.Array]) -> None:
+    f = pm.jit(lambda m, batch: m(batch["x"]) + batch["y"])
+    slow = _slow_calls(f)
+    m = Linear(2, 2, key=getkey())
+    for i in range(3):
+        batch = {"x": _x() * i, "y": jnp.ones(2)}
+        np.testing.assert_allclose(f(m, batch), m(batch["x"]) + 1.0, rtol=1e-6)
+    assert slow() == 1
+    # The same structure with a Python number in it is static again: checked, retraced.
+    out = f(m, {"x": _x(), "y": 1.0})
+    np.testing.assert_allclose(out, m(_x()) + 1.0, rtol=1e-6)
+    assert slow() == 2
+
+
+def test_same_model_passed_twice_after_fast_path_stays_tied(
+    getkey: Callable[[], jax.Array],
+) -> None:
+    # f(m, other) teaches a pattern holding m; f(m, m) must not match it: m twice is a tie.
+    f = pm.jit(lambda a, b: (a.weight.value + b.weight.value, a, b))
+    m, other = Linear(2, 2, key=getkey()), Linear(2, 2, key=getkey())
+    f(m, other)
+    f(m, other)
+    _, a, b = f(m, m)
+    assert a.weight is b.weight
+
+
+def test_output_passed_with_model_sharing_its_variable_stays_tied(
+    getkey: Callable[[], jax.Array],
+) -> None:
+    # The second argument is new each call and shares a Variable with the first: every
+    # call is checked, and the Variable stays one inside and out.
+    @pm.jit
+    def f(a: Linear, b: Tied) -> Any:
+        return a, b
+
+    a = Linear(2, 2, key=getkey())
+    for _ in range(3):
+        b = Tied(a.weight, pm.Param(jnp.zeros(2)))
+        a, b = f(a, b)
+        assert a.weight is b.a
+
+
+def test_python_number_where_an_array_was_is_static(getkey: Callable[[], jax.Array]) -> None:
+    traces: list[Any] = []
+
+    @pm.jit
+    def f(m: Linear, scale: Any) -> jax.Array:
+        traces.append(scale)
+        return m(_x()) * scale
+
+    m = Linear(2, 2, key=getkey())
+    f(m, jnp.asarray(2.0))
+    f(m, jnp.asarray(3.0))
+    assert len(traces) == 1 and isinstance(traces[0], Tracer)
+    np.testing.assert_allclose(f(m, 2.0), m(_x()) * 2.0, rtol=1e-6)
+    assert traces[-1] == 2.0  # a constant, not a tracer
+
+
+def test_new_shapes_on_fast_path_retrace(getkey: Callable[[], jax.Array]) -> None:
+    f = pm.jit(lambda m, x: x * 2.0 + m.bias.value.sum())
+    m = Linear(2, 3, key=getkey())
+    f(m, jnp.ones(1))
+    assert f(m, jnp.ones(5)).shape == (5,)
+    np.testing.assert_allclose(f(m, jnp.ones(7)), 2.0)
+
+
+def test_shape_dependent_output_on_fast_path(getkey: Callable[[], jax.Array]) -> None:
+    # The output's static part depends on the shape: once seen, patterns give way to
+    # shape-keyed dispatch.
+    f = pm.jit(lambda m, x: (x * 2.0 + m.bias.value.sum(), x.shape[0]))
+    m = Linear(2, 3, key=getkey())
+    for n in (1, 1, 4, 1, 4):
+        y, size = f(m, jnp.ones(n))
+        assert size == n and y.shape == (n,)
+
+
+def test_initial_model_not_kept_alive(getkey: Callable[[], jax.Array]) -> None:
+    import gc
+    import weakref
+
+    step = _step_fn()
+    m, s = Linear(2, 2, key=getkey()), (jnp.zeros(()), jnp.ones(2))
+    first = weakref.ref(m)
+    for i in range(3):
+        m, s, _ = step(m, s, jnp.ones(2) * i)
+    gc.collect()
+    assert first() is None
+
+
+def test_clear_cache_drops_references(getkey: Callable[[], jax.Array]) -> None:
+    import gc
+    import weakref
+
+    f = pm.jit(lambda m, x: m(x))
+    m = Linear(2, 3, key=getkey())
+    f(m, _x())
+    ref = weakref.ref(m)
+    del m
+    gc.collect()
+    assert ref() is not None  # held to recognise it on the next call
+    f.clear_cache()  # type: ignore[attr-defined]
+    gc.collect()
+    assert ref() is None
+
+
+def test_filtered_donation_fast_path(getkey: Callable[[], jax.Array]) -> None:
+    @pm.jit(donate_argnums=(pm.DonateState(0, pm.BatchStat),))
+    def f(m: WithStats, x: jax.Array) -> Any:
+        return pm.tree_at(lambda m: m.stats, m, pm.BatchStat(m.stats.value + x)), x.sum()
+
+    m = WithStats(pm.Param(jnp.ones(2)), pm.BatchStat(jnp.zeros(2)))
+    slow = _slow_calls(f)
+    for _ in range(4):
+        old = m
+        m, _ = f(m, jnp.ones(2))
+        assert old.stats.value.is_deleted() and not old.weight.value.is_deleted()
+    assert slow() == 2
+    np.testing.assert_allclose(m.stats.value, 4.0)
+
+
+def test_module_as_function_fast_path(getkey: Callable[[], jax.Array]) -> None:
+    model = Linear(2, 3, key=getkey())
+    f = pm.jit(model)
+    slow = _slow_calls(f)
+    for i in range(3):
+        np.testing.assert_allclose(f(_x() * i), model(_x() * i), rtol=1e-6)
+    assert slow() == 1
