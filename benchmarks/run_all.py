@@ -39,23 +39,33 @@ SECTIONS = [
 
 
 def main() -> None:
+    """Run every section, or only those whose command contains one of the arguments
+    (``python -m benchmarks.run_all dispatch``); sections not run keep their old text."""
     only = set(sys.argv[1:])
+    path = ROOT / "docs" / "benchmarks.md"
+    old: dict[str, str] = {}
+    if only and path.exists():
+        for chunk in path.read_text().split("\n## ")[1:]:
+            title, _, body = chunk.partition("\n")
+            old[title] = body
     parts = [
         "# Benchmarks",
         "",
-        f"Written by `python -m benchmarks.run_all` on {datetime.date.today()}. Every table "
-        "is one run of the command above it, all contestants measured side by side in "
+        f"Written by `python -m benchmarks.run_all` (last run {datetime.date.today()}). Every "
+        "table is one run of the command above it, all contestants measured side by side in "
         "that run (interleaved rounds, best round kept).",
         "",
     ]
     for title, args, target in SECTIONS:
         if only and not any(o in " ".join(args) for o in only):
+            if title in old:
+                parts += [f"## {title}{chr(10)}{old[title].rstrip()}", "", ""]
             continue
         cmd = [sys.executable, *args]
         print("running", " ".join(args), flush=True)
         out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
         parts += [f"## {title}", "", f"Command: `python {' '.join(args)}`", "", target, "", out, ""]
-    (ROOT / "docs" / "benchmarks.md").write_text("\n".join(parts))
+    path.write_text("\n".join(parts))
     print("wrote docs/benchmarks.md")
 
 

@@ -55,7 +55,10 @@ def test_standardised_view_values_and_gradients() -> None:
     # init=True writes the view back through map_out_fn (the identity here): the stored
     # kernel starts standardised.
     np.testing.assert_allclose(v["params"]["ws_0"]["kernel"].mean(0), 0.0, atol=1e-5)
-    np.testing.assert_allclose(y, hand(v["params"], x), rtol=1e-5, atol=1e-6)
+    # y saw the raw kernel standardised once; hand() standardises the stored (already
+    # standardised) kernel again: equal up to float32 rounding of a second
+    # standardisation, about 1e-6 and CPU-dependent, hence the looser atol here only.
+    np.testing.assert_allclose(y, hand(v["params"], x), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(apply(model)(v, x), hand(v["params"], x), rtol=1e-5, atol=1e-6)
     g = jax.grad(lambda v: apply(model)(v, x).sum())(v)
     g_hand = jax.grad(lambda p: hand(p, x).sum())(v["params"])
