@@ -140,16 +140,19 @@ class StateWriteError(PytreemodError, RuntimeError):
 
 
 class ShapeError(PytreemodError, TypeError):
-    """An array's shape (or dtype) does not fit a layer or a ``pytreemod.nn.functional`` op.
+    """An array's shape (or dtype) does not fit a layer, a ``pytreemod.nn.functional`` op,
+    or the annotations of a module declared ``typecheck=True``.
 
-    Cause: found at trace time by the jaxtyping annotations of a layer or op, e.g. an input
-    whose last axis is not the ``in_features`` of a ``Linear``'s kernel, a convolution input
-    whose channels are not the kernel's, or keys and values of different lengths. The
-    message names the module class and method (when a module called the op), the
-    arguments, the dimension that disagrees and the shapes seen.
+    Cause: found at trace time by jaxtyping annotations, e.g. an input whose last axis is
+    not the ``in_features`` of a ``Linear``'s kernel, a convolution input whose channels
+    are not the kernel's, keys and values of different lengths, or two arguments of your
+    own method annotated with one dimension name but given different sizes. The message
+    names the module class and method (when a module called the op), the arguments, the
+    dimension that disagrees and the shapes seen.
 
     Fix: give the layer inputs of the shape its docstring shows, or build the layer with
-    sizes that match the data (``Linear(in_features=x.shape[-1], ...)``).
+    sizes that match the data (``Linear(in_features=x.shape[-1], ...)``); for your own
+    module, pass arrays that fit its method's annotations or correct the annotations.
     """
 
 

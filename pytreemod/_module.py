@@ -175,18 +175,21 @@ def _typecheck_methods(namespace: dict[str, Any]) -> None:
     """Wrap the class's own methods (``__call__`` and public ones) with jaxtyping+beartype.
 
     The check runs whenever the method is called eagerly, and once per trace under
-    ``jit``: a compiled step pays nothing for it. ``__init__`` is not checked (modules
-    rebuilt by JAX never run it anyway).
+    ``jit``: a compiled step pays nothing for it. A failed check is a ``ShapeError`` naming
+    the class, the method, the argument and the dimension (``_shapecheck.checked``).
+    ``__init__`` is not checked (modules rebuilt by JAX never run it anyway), nor is a
+    method already wrapped by ``checked`` (the layers' own).
     """
-    from beartype import beartype
-    from jaxtyping import jaxtyped
+    from ._shapecheck import checked
 
     for key, value in list(namespace.items()):
         if not isinstance(value, types.FunctionType) or key in _UNCHECKED:
             continue
         if _is_dunder(key) and key != "__call__":
             continue
-        namespace[key] = jaxtyped(typechecker=beartype)(value)
+        if getattr(value, "__no_type_check__", False):
+            continue
+        namespace[key] = checked(value, method=True)
 
 
 # No frozen_default=True: type checkers would then reject the assignments in a custom

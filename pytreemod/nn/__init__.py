@@ -14,6 +14,7 @@ out)``, ``embedding``, ``scale``/``bias``, ``mean``/``var``).
 (2, 4)
 """
 
+from .._shapecheck import AnyArray as AnyArray
 from . import functional as functional
 from . import initializers as initializers
 from ._activations import celu as celu
@@ -73,7 +74,6 @@ from ._pooling import MaxPool as MaxPool
 from ._pooling import MinPool as MinPool
 from ._sequential import Lambda as Lambda
 from ._sequential import Sequential as Sequential
-from ._shapecheck import AnyArray as AnyArray
 
 __all__ = [
     "MLP",

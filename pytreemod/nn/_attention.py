@@ -11,13 +11,13 @@ from jaxtyping import Float, Shaped
 from .._errors import AxisMetadataError, LayerConfigError
 from .._meta import AxisMetadata
 from .._module import Module, field
+from .._shapecheck import AnyArray, checked
 from .._variables import Cache, Param
 from . import _ops_attention as A
 from . import _ops_linear as L
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._normalization import LayerNorm
 from ._ops_common import var_value
-from ._shapecheck import AnyArray, checked
 
 _MHA = TypeVar("_MHA", bound="MultiHeadAttention")
 

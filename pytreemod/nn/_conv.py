@@ -9,12 +9,12 @@ from jaxtyping import Float
 
 from .._errors import LayerConfigError
 from .._module import Module, field
+from .._shapecheck import AnyArray, checked
 from .._variables import Param
 from . import _ops_conv as F
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._ops_common import as_tuple, var_value
 from ._ops_conv import PaddingLike
-from ._shapecheck import AnyArray, checked
 
 
 def _kernel_size(kernel_size: int | Sequence[int], num_spatial_dims: int | None) -> tuple[int, ...]:

@@ -7,8 +7,8 @@ from jaxtyping import Shaped
 
 from .._errors import LayerConfigError
 from .._module import Module, field
+from .._shapecheck import AnyArray, checked
 from . import _ops_dropout as F
-from ._shapecheck import AnyArray, checked
 
 
 class Dropout(Module, typecheck=True):

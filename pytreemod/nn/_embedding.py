@@ -7,11 +7,11 @@ import jax.numpy as jnp
 from jaxtyping import Float, Integer
 
 from .._module import Module, field
+from .._shapecheck import AnyArray, checked
 from .._variables import Param
 from . import _ops_linear as F
 from ._init import Initializer, default_embed_init
 from ._ops_common import var_value
-from ._shapecheck import AnyArray, checked
 
 
 class Embedding(Module, typecheck=True):

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 from jaxtyping import Float
 
 from .._module import Module, field
+from .._shapecheck import AnyArray, checked
 from .._variables import Param
 from . import _ops_linear as F
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._ops_common import var_value
-from ._shapecheck import AnyArray, checked
 
 
 class Linear(Module, typecheck=True):

@@ -9,11 +9,11 @@ from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
 from .._module import Module, field
+from .._shapecheck import AnyArray, checked
 from .._variables import BatchStat, Param
 from . import _ops_norm as F
 from ._init import Initializer
 from ._ops_common import var_value
-from ._shapecheck import AnyArray, checked
 
 _ones = jax.nn.initializers.ones
 _zeros = jax.nn.initializers.zeros

@@ -16,9 +16,9 @@ from jax import lax
 from jaxtyping import Float, Integer, Shaped
 
 from .._errors import LayerConfigError
+from .._shapecheck import AnyArray, checked
 from ._ops_common import promote_dtype
 from ._ops_dropout import check_rate
-from ._shapecheck import AnyArray, checked
 
 
 def _to_rank(x: Any, ndim: int) -> Any:

@@ -9,8 +9,8 @@ from jax import lax
 from jaxtyping import Float
 
 from .._errors import LayerConfigError
+from .._shapecheck import AnyArray, axes_text, checked, fail, summary
 from ._ops_common import as_tuple, promote_dtype
-from ._shapecheck import AnyArray, axes_text, checked, fail, summary
 
 PaddingLike: TypeAlias = str | int | Sequence[int | tuple[int, int]]
 """``"SAME"``, ``"VALID"``, ``"CIRCULAR"``, ``"REFLECT"``, ``"CAUSAL"`` (1-D), an int

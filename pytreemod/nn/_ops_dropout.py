@@ -8,7 +8,7 @@ from jax import lax
 from jaxtyping import Shaped
 
 from .._errors import LayerConfigError
-from ._shapecheck import AnyArray, checked
+from .._shapecheck import AnyArray, checked
 
 
 def check_rate(rate: float, owner: str = "dropout") -> None:

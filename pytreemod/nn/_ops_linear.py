@@ -7,8 +7,8 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Float, Integer
 
+from .._shapecheck import AnyArray, checked
 from ._ops_common import promote_dtype
-from ._shapecheck import AnyArray, checked
 
 
 def _add_bias(y: jax.Array, bias: AnyArray | None) -> jax.Array:

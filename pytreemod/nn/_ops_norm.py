@@ -15,8 +15,8 @@ from jax import lax
 from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
+from .._shapecheck import AnyArray, checked, fail, summary
 from ._ops_common import at_least_float32, canonicalize_axes
-from ._shapecheck import AnyArray, checked, fail, summary
 
 Axes = int | Sequence[int]
 

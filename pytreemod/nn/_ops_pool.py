@@ -10,7 +10,7 @@ from jax import lax
 from jaxtyping import Float, Shaped
 
 from .._errors import LayerConfigError
-from ._shapecheck import AnyArray, axes_text, checked, fail, summary
+from .._shapecheck import AnyArray, axes_text, checked, fail, summary
 
 PoolPadding = str | Sequence[tuple[int, int]]
 

@@ -6,8 +6,8 @@ import jax
 from jaxtyping import Shaped
 
 from .._module import Module, field
+from .._shapecheck import AnyArray, checked
 from . import _ops_pool as F
-from ._shapecheck import AnyArray, checked
 
 
 def _padding(padding: str | Sequence[tuple[int, int]]) -> str | tuple[tuple[int, int], ...]:

@@ -1,7 +1,8 @@
 """Trace-time shape checks, with errors that say what disagrees.
 
 Every op in ``pytreemod.nn.functional`` and every array-taking method of a layer is
-decorated with ``checked``: jaxtyping and beartype check its annotated arguments
+decorated with ``checked``, and so is every method of a user's module declared
+``typecheck=True``: jaxtyping and beartype check its annotated arguments
 (``x: Float[Array, "*batch in_features"]``, ``kernel: Float[Array, "in_features
 out_features"]``) and its output, so a dimension shared by two arguments is tied; a layer
 passes its parameters to an op, which ties the input to them. Under ``jit`` the check
@@ -32,8 +33,8 @@ import jax
 import numpy as np
 from jaxtyping import AbstractArray, TypeCheckError, jaxtyped
 
-from .._errors import ShapeError
-from .._repr import array_summary
+from ._errors import ShapeError
+from ._repr import array_summary
 
 AnyArray: TypeAlias = jax.Array | np.ndarray
 """What array annotations accept: JAX arrays (tracers included) and NumPy arrays."""
@@ -41,17 +42,19 @@ AnyArray: TypeAlias = jax.Array | np.ndarray
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def checked(fn: F) -> F:
+def checked(fn: F, *, method: bool | None = None) -> F:
     """Check ``fn``'s jaxtyping annotations with beartype; explain failures as ``ShapeError``.
 
-    ``fn`` is an op of ``pytreemod.nn.functional`` or a method (first parameter ``self``)
-    of a layer.
+    ``fn`` is an op of ``pytreemod.nn.functional`` or a method of a module, whose first
+    parameter is the instance; ``method=None`` takes a first parameter named ``self`` to
+    mean a method.
     """
     from beartype import beartype
 
     inner = jaxtyped(typechecker=beartype)(fn)
     signature = inspect.signature(fn)
-    is_method = next(iter(signature.parameters), None) == "self"
+    first = next(iter(signature.parameters), None)
+    is_method = first is not None and (first == "self" if method is None else method)
     op_name = f"pytreemod.nn.functional.{fn.__name__}"
 
     @functools.wraps(fn)
@@ -66,7 +69,8 @@ def checked(fn: F) -> F:
             if reason is None:  # not a shape problem we can pin down: keep jaxtyping's text
                 reason = str(error)
             if is_method:
-                where = _describe_call(bound.arguments["self"], fn.__name__, bound.arguments)
+                arguments = dict(bound.arguments)
+                where = _describe_call(arguments.pop(str(first)), fn.__name__, arguments)
                 raise ShapeError(f"{where}: {reason}") from None
             raise ShapeError(_with_context(op_name, reason, sys._getframe(1))) from None
 
@@ -91,7 +95,7 @@ def summary(x: Any) -> str:
 
 
 def _module_frame(frame: types.FrameType | None) -> types.FrameType | None:
-    from .._module import Module
+    from ._module import Module
 
     while frame is not None:
         if isinstance(frame.f_locals.get("self"), Module):
@@ -104,7 +108,7 @@ def _describe_call(module: Any, method: str, arguments: dict[str, Any]) -> str:
     shown = [
         f"{name}={summary(value)}"
         for name, value in arguments.items()
-        if name != "self" and hasattr(value, "shape")
+        if value is not module and hasattr(value, "shape")
     ]
     return f"{type(module).__name__}.{method}({', '.join(shown)})"
 
@@ -185,7 +189,12 @@ def _explain(
     signature: inspect.Signature, arguments: dict[str, Any], fn: Callable[..., Any]
 ) -> str | None:
     """Re-walk the annotations in parameter order and describe the first disagreement."""
-    hints = typing.get_type_hints(fn, include_extras=True)
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # names the annotations use are out of reach (a class in a function)
+        hints = getattr(fn, "__annotations__", {})
+        if any(isinstance(h, str) for h in hints.values()):
+            return None
     memo: dict[str, tuple[Any, str, Any, int, str]] = {}
     for name in signature.parameters:
         annotation = _array_annotation(hints.get(name))
