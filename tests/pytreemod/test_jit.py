@@ -646,6 +646,24 @@ def test_clear_cache_drops_references(getkey: Callable[[], jax.Array]) -> None:
     assert ref() is None
 
 
+class _Bag(pm.Module):
+    items: list[Any]
+
+
+def test_clear_cache_after_mutating_a_list_inside_a_module() -> None:
+    # The documented limitation and its fix: a list inside a module changed in place is
+    # not looked at again by the fast path; clear_cache() makes the next call check it.
+    f = pm.jit(lambda bag: bag)
+    w = pm.Param(jnp.ones(2))
+    bag = _Bag([w, pm.Param(jnp.zeros(2))])
+    f(bag)
+    f(bag)  # recognised by identity from now on
+    bag.items[1] = w  # in place: the two places now hold one Variable
+    f.clear_cache()  # type: ignore[attr-defined]
+    out = f(bag)
+    assert out.items[0] is out.items[1]  # checked again: the tie is seen and kept
+
+
 def test_filtered_donation_fast_path(getkey: Callable[[], jax.Array]) -> None:
     @pm.jit(donate_argnums=(pm.DonateState(0, pm.BatchStat),))
     def f(m: WithStats, x: jax.Array) -> Any:
