@@ -6,10 +6,12 @@ reached twice, which are tied) and building the output modules. The first is avo
 recognising arguments instead of walking them:
 
 - **fast path**: the arguments match a pattern learned from an earlier checked call
-  (``_Pattern``): each is an array, a container of arrays, a part of the previous output
-  (built by the call, so it shares no Variable with anything older) or an object the
-  check saw. The tree then goes straight into ``jax.jit``'s C++ dispatch, which flattens
-  it once; the Python work is one generated test and the output builder.
+  (``_Pattern``): arrays, and tuples, lists and dicts of arrays and of modules, where each
+  module is one of the previous output (built by the call, so it shares no Variable with
+  anything older) or one the check saw. Modules are recognised through weak references,
+  so recognising an argument never keeps it alive. The tree then goes straight into
+  ``jax.jit``'s C++ dispatch, which flattens it once; the Python work is one generated
+  test and the output builder.
 - **plain path**: the first call, or an unknown argument: flatten, check that every leaf
   is an array and no leaf occurs twice, then as above. The treedef keys the cache.
 - **static path**: some leaves are not arrays (functions, Python numbers, strings): the
@@ -27,20 +29,19 @@ inside a module changed in place after the module was passed to ``jit`` is not n
 
 import dataclasses
 import functools
-import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import jax
 import jax.tree_util as jtu
 
-from ._codegen import compile_unflatten
+from ._codegen import _is_namedtuple, compile_unflatten
 from ._errors import TransformError
 from ._filters import FilterLike, to_filter
 from ._module import BoundMethod, Module
 from ._pack import Skeleton, pack, unpack
 from ._tree import format_path, is_array
-from ._variables import Variable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -135,49 +136,52 @@ def _eq(x: Any, y: Any) -> bool:
         return False
 
 
-# Types whose instances can be recognised by identity: immutable at the top level, so their
-# structure cannot change once checked. (Lists and dicts are looked into on every call.)
-_FROZEN_TYPES = (Module, BoundMethod, Variable, tuple)
-_CONTAINERS = (dict, list, tuple)
+# Nodes recognised by identity: immutable, and weakly referenced, so that recognising an
+# argument never keeps it (and its device memory) alive. Tuples, lists and dicts around
+# them are checked by structure on every call.
+_WEAK_TYPES = (Module, BoundMethod)
 _PATTERNS_PER_ENTRY = 4
+_PURE_INLINE = 16  # a container of arrays with more nodes than this is checked by flattening
 
 
 class _Last:
-    """The latest output of a wrapper that can be recognised on the next call: its parts
-    (``items``) and the entry that built them (``entry``)."""
+    """The latest output of a wrapper, as far as the next call may pass parts of it back:
+    weak references to its modules (``items``) and the entry that built it (``entry``)."""
 
     __slots__ = ("entry", "items")
 
     def __init__(self) -> None:
-        self.items: tuple[Any, ...] = ()
+        self.items: tuple[weakref.ref[Any], ...] = ()
         self.entry: _Entry | None = None
 
 
 class _Pattern:
     """How the arguments of a checked call looked, as a generated test for the next call.
 
-    Each argument is one of: an array (its type is tested), an item of the wrapper's
-    latest output (identity), an object the check saw (identity; kept alive here, so the
-    id cannot be reused), or a container of arrays (flattened and compared). Arguments
-    passing the test need no walk: objects seen by one check share no Variable with each
-    other, and an output's parts are built by the call, so they share no Variable with
-    anything that existed before them, including every object a pattern holds.
+    Modules and bound methods are recognised by identity: either the object the check saw
+    (weakly referenced) or the module at the same place in the wrapper's latest output.
+    Arrays are recognised by type; tuples, named tuples, lists, dicts and ``None`` around
+    them by type and length or keys. Arguments passing the test need no walk: objects seen
+    by one check share no Variable with each other, and an output's modules are built by
+    the call, so they share no Variable with anything that existed before them.
     """
 
-    __slots__ = ("entry", "fixed", "invoke", "kinds", "test")
+    __slots__ = ("entry", "invoke", "refs", "test")
 
     def __init__(
-        self, entry: "_Entry", test: Callable[..., bool], fixed: tuple[Any, ...], kinds: str
+        self, entry: "_Entry", test: Callable[..., bool], refs: tuple[weakref.ref[Any], ...]
     ):
         self.entry = entry
         self.test = test
-        self.fixed = fixed
-        self.kinds = kinds  # per argument: a(rray), l(ast output), x (held), c(ontainer)
+        self.refs = refs  # the objects it recognises, weakly: dead ones make it useless
         if entry.tjit is not None:
             self.invoke: Callable[..., Any] = entry.tjit
         else:
             jitted = entry.jitted
             self.invoke = lambda *targs: jitted(*_flatten(targs)[0])
+
+    def alive(self) -> bool:
+        return all(r() is not None for r in self.refs)
 
 
 def _pure_ok(x: Any, treedef: Any) -> bool:
@@ -195,44 +199,87 @@ def _is_pure(treedef: Any) -> bool:
     return all(_is_pure(c) for c in treedef.children())
 
 
+def _is_container(typ: Any) -> bool:
+    return typ in (tuple, list, dict) or (isinstance(typ, type) and _is_namedtuple(typ))
+
+
+class _TestWriter:
+    """Writes the conditions of a pattern's test, one node of an argument at a time."""
+
+    def __init__(self, last: _Last):
+        self.conds: list[str] = []
+        self.consts: dict[str, Any] = {"_AT": _ARRAY_TYPES, "_pure_ok": _pure_ok}
+        self.refs: list[weakref.ref[Any]] = []
+        live = [r() for r in last.items]
+        self.in_last = {id(o): j for j, o in enumerate(live) if o is not None}
+        self.uses_last = False
+
+    def const(self, value: Any) -> str:
+        name = f"k{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+    def node(self, obj: Any, treedef: Any, expr: str) -> bool:
+        """Conditions recognising ``obj`` (of structure ``treedef``) at ``expr``; False if
+        it can only be checked by walking it."""
+        data = treedef.node_data()
+        if data is None:
+            if type(obj) in _ARRAY_TYPES:
+                self.conds.append(f"type({expr}) in _AT")
+                return True
+            return False
+        typ = data[0]
+        if isinstance(obj, _WEAK_TYPES):
+            j = self.in_last.get(id(obj))
+            if j is not None:
+                self.uses_last = True
+                self.conds.append(f"{expr} is L[{j}]() is not None")
+            else:
+                ref = weakref.ref(obj)
+                self.refs.append(ref)
+                self.conds.append(f"{expr} is {self.const(ref)}() is not None")
+            return True
+        if typ is type(None):
+            self.conds.append(f"{expr} is None")
+            return True
+        if not _is_container(typ) or type(obj) is not typ:
+            return False
+        if treedef.num_nodes > _PURE_INLINE and _is_pure(treedef):
+            self.conds.append(
+                f"type({expr}) is {self.const(typ)} and _pure_ok({expr}, {self.const(treedef)})"
+            )
+            return True
+        self.conds.append(f"type({expr}) is {self.const(typ)}")
+        children = treedef.children()
+        if typ is dict:
+            keys = list(data[1])
+            self.conds.append(f"{expr}.keys() == {self.const(frozenset(keys))}")
+            items = [(obj[k], c, f"{expr}[{self.const(k)}]") for k, c in zip(keys, children)]
+        else:
+            self.conds.append(f"len({expr}) == {len(children)}")
+            items = [(obj[i], c, f"{expr}[{i}]") for i, c in enumerate(children)]
+        return all(self.node(o, c, e) for o, c, e in items)
+
+
 def _learn_pattern(
     entry: "_Entry", targs: tuple[Any, ...], parts: Sequence[Any], last: _Last
 ) -> _Pattern | None:
     """A pattern for the arguments of a checked plain call, or None if some argument can
     only be checked by walking it."""
-    conds = [f"len(t) == {len(targs)}"]
-    consts: dict[str, Any] = {"_AT": _ARRAY_TYPES, "_pure_ok": _pure_ok}
-    fixed = []
-    kinds = ""
+    writer = _TestWriter(last)
+    writer.conds.append(f"len(t) == {len(targs)}")
     for i, (a, part) in enumerate(zip(targs, parts)):
-        if type(a) in _ARRAY_TYPES:
-            kinds += "a"
-            conds.append(f"type(t[{i}]) in _AT")
-            continue
-        j = next((j for j, o in enumerate(last.items) if o is a), None)
-        if j is not None:
-            kinds += "l"
-            conds.append(f"t[{i}] is L[{j}]")
-        elif isinstance(a, _FROZEN_TYPES):
-            kinds += "x"
-            consts[f"x{i}"] = a
-            fixed.append(a)
-            conds.append(f"t[{i}] is x{i}")
-        elif type(a) in _CONTAINERS and _is_pure(part):
-            kinds += "c"
-            consts[f"c{i}"] = type(a)
-            consts[f"d{i}"] = part
-            conds.append(f"type(t[{i}]) is c{i} and _pure_ok(t[{i}], d{i})")
-        else:
+        if not writer.node(a, part, f"t[{i}]"):
             return None
-    if "l" in kinds:
+    conds, consts = writer.conds, writer.consts
+    if writer.uses_last:
         consts["_E"] = last.entry
         conds.insert(1, "S.entry is _E and (L := S.items) is not None")
     names = ", ".join(consts)
     source = f"def factory({names}):\n    return lambda t, S: {' and '.join(conds)}\n"
     namespace: dict[str, Any] = {}
     exec(source, namespace)
-    return _Pattern(entry, namespace["factory"](**consts), tuple(fixed), kinds)
+    return _Pattern(entry, namespace["factory"](**consts), tuple(writer.refs))
 
 
 class _Entry:
@@ -264,8 +311,8 @@ class _Entry:
         self.build: Callable[[Any], Any] = _identity
         self.by_aval: dict[Any, _Entry] = {}
         self.donate: tuple[int, ...] = ()
-        # The parts of an output the next call may pass back (see _Last), or None.
-        self.keep: Callable[[Any], tuple[Any, ...]] | None = None
+        # Weak references to the modules of an output (see _Last), or None.
+        self.keep: Callable[[Any], tuple[weakref.ref[Any], ...]] | None = None
         self.patterns: list[_Pattern] = []  # the wrapper's patterns (shared list)
 
     def record(self, out: Any) -> Any:
@@ -284,30 +331,40 @@ class _Entry:
 
 
 def _keeper(spec: _Out) -> Callable[[Any], tuple[Any, ...]] | None:
-    """The parts of an output worth recognising on the next call: the items of an output
-    tuple (or the output itself) that are modules, Variables or tuples, when every leaf of
-    the output is an array."""
+    """The modules of an output that the next call may pass back (the model, the modules
+    inside an optimizer state), reached through its tuples, lists and dicts, when every
+    leaf of the output is an array; None if there are none."""
     if spec.kind != "tree" or spec.static:
         return None
-    data = spec.treedef.node_data()
-    if data is not None and data[0] is tuple:
-        children = spec.treedef.children()
-        index = [
-            i
-            for i, c in enumerate(children)
-            if (d := c.node_data()) is not None
-            and isinstance(d[0], type)
-            and issubclass(d[0], _FROZEN_TYPES)
-        ]
-        if not index:
-            return None
-        if len(index) == 1:
-            (only,) = index
-            return lambda out: (out[only],)
-        return operator.itemgetter(*index)
-    if data is not None and isinstance(data[0], type) and issubclass(data[0], _FROZEN_TYPES):
-        return lambda out: (out,)
-    return None
+    exprs: list[str] = []
+    consts: list[Any] = []
+
+    def walk(treedef: Any, expr: str) -> None:
+        data = treedef.node_data()
+        if data is None:
+            return
+        typ = data[0]
+        if isinstance(typ, type) and issubclass(typ, _WEAK_TYPES):
+            exprs.append(expr)
+        elif typ is dict:
+            for key, child in zip(data[1], treedef.children()):
+                consts.append(key)
+                walk(child, f"{expr}[c{len(consts) - 1}]")
+        elif _is_container(typ):
+            for i, child in enumerate(treedef.children()):
+                walk(child, f"{expr}[{i}]")
+
+    walk(spec.treedef, "out")
+    if not exprs:
+        return None
+    names = "".join(f", c{i}" for i in range(len(consts)))
+    source = (
+        f"def factory(_weak{names}):\n"
+        f"    return lambda out: ({''.join(f'_weak({e}), ' for e in exprs)})\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)
+    return namespace["factory"](weakref.ref, *consts)
 
 
 def _call_form(fun_is_tree: bool, has_kwargs: bool) -> Callable[[Any], tuple[Any, Any, Any]]:
@@ -414,14 +471,10 @@ class _JitWrapper(Generic[P, R]):
         pattern = _learn_pattern(entry, targs, parts, self._last)
         if pattern is None:
             return
-        # Patterns of this entry holding an object where the new one takes a part of the
-        # previous output are superseded (the initial model of a training loop): dropping
-        # them stops them keeping that object alive. A few others are kept.
+        # Patterns whose objects are gone can never match again (the initial model of a
+        # training loop); of the rest, a few per entry are kept, most recent first.
+        self._patterns[:] = [p for p in self._patterns if p.alive()]
         mine = [p for p in self._patterns if p.entry is entry]
-        for old in mine:
-            if any(k == "l" and o == "x" for k, o in zip(pattern.kinds, old.kinds)):
-                self._patterns.remove(old)
-                mine.remove(old)
         for old in mine[_PATTERNS_PER_ENTRY - 1 :]:
             self._patterns.remove(old)
         self._patterns.insert(0, pattern)

@@ -630,20 +630,86 @@ def test_initial_model_not_kept_alive(getkey: Callable[[], jax.Array]) -> None:
     assert first() is None
 
 
-def test_clear_cache_drops_references(getkey: Callable[[], jax.Array]) -> None:
+def test_arguments_recognised_without_keeping_them_alive(getkey: Callable[[], jax.Array]) -> None:
     import gc
     import weakref
 
     f = pm.jit(lambda m, x: m(x))
+    slow = _slow_calls(f)
     m = Linear(2, 3, key=getkey())
     f(m, _x())
+    f(m, _x())
+    assert slow() == 1  # recognised on the second call...
     ref = weakref.ref(m)
     del m
     gc.collect()
-    assert ref() is not None  # held to recognise it on the next call
-    f.clear_cache()  # type: ignore[attr-defined]
+    assert ref() is None  # ...through a weak reference only
+    other = Linear(2, 3, key=getkey())  # a new model: checked, then recognised
+    np.testing.assert_allclose(f(other, _x()), other(_x()), rtol=1e-6)
+    f(other, _x())
+    assert slow() == 2
+
+
+def test_training_state_and_evaluated_models_freed_after_the_loop(
+    getkey: Callable[[], jax.Array],
+) -> None:
+    # A training loop whose optimizer state holds modules (adam's moments have the model's
+    # structure), and an evaluation on each epoch's model: when the caller drops them,
+    # nothing of either is kept alive by the jitted functions, yet both run fast.
+    import gc
+    import weakref
+
+    opt = optax.adam(1e-2)
+
+    @pm.jit
+    def step(m: Linear, s: Any, x: jax.Array) -> Any:
+        loss, g = pm.value_and_grad(lambda m: jnp.sum(m(x) ** 2))(m)
+        u, s = opt.update(g, s, cast(Any, m))
+        return optax.apply_updates(cast(Any, m), u), s, loss
+
+    evaluate = pm.jit(lambda m, x: m(x).sum())
+    slow_step, slow_eval = _slow_calls(step), _slow_calls(evaluate)
+    m = Linear(2, 2, key=getkey())
+    s: Any = opt.init(cast(Any, m))
+    epochs = []
+    with jax.numpy_dtype_promotion("standard"):  # optax's adam: float ** int32 count
+        for _ in range(4):
+            for _ in range(3):
+                m, s, _ = step(m, s, _x())
+            evaluate(m, _x())
+            evaluate(m, _x() * 2)
+            epochs.append(weakref.ref(m))
+    assert slow_step() == 2  # the initial state, then the first output's pattern
+    assert slow_eval() == 4  # each epoch's new model once
+    mu = weakref.ref(s[0].mu)  # a module inside the optimizer state
+    del m, s
     gc.collect()
-    assert ref() is None
+    assert all(ref() is None for ref in epochs)
+    assert mu() is None
+
+
+def test_a_dead_patterns_place_is_not_matched_by_none() -> None:
+    # A pattern recognising a module whose reference died must not match None there.
+    f = pm.jit(lambda m, x: x if m is None else m(x))
+    m = pm.nn.Linear(2, 2, key=jax.random.key(0))
+    f(m, _x())
+    f(m, _x())
+    del m
+    import gc
+
+    gc.collect()
+    np.testing.assert_allclose(f(None, _x()), _x())
+
+
+def test_clear_cache_forgets_patterns(getkey: Callable[[], jax.Array]) -> None:
+    f = pm.jit(lambda m, x: m(x))
+    slow = _slow_calls(f)
+    m = Linear(2, 3, key=getkey())
+    f(m, _x())
+    f(m, _x())
+    f.clear_cache()  # type: ignore[attr-defined]
+    f(m, _x())
+    assert slow() == 2
 
 
 class _Bag(pm.Module):
