@@ -275,11 +275,19 @@ def _learn_pattern(
     if writer.uses_last:
         consts["_E"] = last.entry
         conds.insert(1, "S.entry is _E and (L := S.items) is not None")
-    names = ", ".join(consts)
-    source = f"def factory({names}):\n    return lambda t, S: {' and '.join(conds)}\n"
-    namespace: dict[str, Any] = {}
-    exec(source, namespace)
-    return _Pattern(entry, namespace["factory"](**consts), tuple(writer.refs))
+    source = f"def factory({', '.join(consts)}):\n    return lambda t, S: {' and '.join(conds)}\n"
+    factory = _FACTORIES.get(source)
+    if factory is None:  # the source depends on the arguments' structure only
+        if len(_FACTORIES) >= _FACTORIES_MAX:
+            _FACTORIES.clear()
+        namespace: dict[str, Any] = {}
+        exec(source, namespace)
+        factory = _FACTORIES[source] = namespace["factory"]
+    return _Pattern(entry, factory(**consts), tuple(writer.refs))
+
+
+_FACTORIES: dict[str, Callable[..., Callable[..., bool]]] = {}
+_FACTORIES_MAX = 1024
 
 
 class _Entry:

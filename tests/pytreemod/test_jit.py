@@ -752,3 +752,34 @@ def test_module_as_function_fast_path(getkey: Callable[[], jax.Array]) -> None:
     for i in range(3):
         np.testing.assert_allclose(f(_x() * i), model(_x() * i), rtol=1e-6)
     assert slow() == 1
+
+
+def test_a_new_model_every_call_reuses_the_compiled_test(getkey: Callable[[], jax.Array]) -> None:
+    # Each new model is checked once and gets a pattern; patterns of one argument
+    # structure share one generated test function, so learning does not exec every call.
+    from pytreemod import _jit
+
+    f = pm.jit(lambda m, x: m(x))
+    m = Linear(2, 3, key=getkey())
+    f(m, _x())
+    before = dict(_jit._FACTORIES)
+    for i in range(5):
+        other = pm.tree_at(lambda m: m.bias, m, pm.Param(jnp.full(3, float(i))))
+        np.testing.assert_allclose(f(other, _x()), other(_x()), rtol=1e-6)
+    assert _jit._FACTORIES == before
+
+
+def test_compiled_tests_cache_is_bounded(
+    getkey: Callable[[], jax.Array], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytreemod import _jit
+
+    monkeypatch.setattr(_jit, "_FACTORIES_MAX", 8)
+    f = pm.jit(lambda m, batch: m(batch[0]))
+    m = Linear(2, 3, key=getkey())
+    sizes = []
+    for i in range(12):  # a longer tuple, so a new test, each call
+        batch = tuple(_x() + j for j in range(i + 1))
+        np.testing.assert_allclose(f(m, batch), m(_x()), rtol=1e-6)
+        sizes.append(len(_jit._FACTORIES))
+    assert max(sizes) <= 8 and sizes[-1] < sizes[-5]  # full, cleared, filling again
