@@ -51,15 +51,24 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     """
     from beartype import beartype
 
-    inner = jaxtyped(typechecker=beartype)(fn)
     signature = inspect.signature(fn)
     first = next(iter(signature.parameters), None)
     is_method = first is not None and (first == "self" if method is None else method)
     op_name = f"pytreemod.nn.functional.{fn.__name__}"
+    # beartype accepts ``typing.Self`` only when it decorates the whole class; a method
+    # annotated with it is checked against its declaring class instead (``owner``, set by
+    # the Module metaclass once the class exists), so its checker is built on first call.
+    owner: list[type | None] = [None]
+    deferred = is_method and _mentions_self(fn)
+    inner: Callable[..., Any] | None = None if deferred else jaxtyped(typechecker=beartype)(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
+        nonlocal inner
+        if inner is None:
+            cls = owner[0] if owner[0] is not None else type(args[0])
+            inner = jaxtyped(typechecker=beartype)(_with_self_as(fn, cls))
         try:
             return inner(*args, **kwargs)
         except TypeCheckError as error:
@@ -76,7 +85,59 @@ def checked(fn: F, *, method: bool | None = None) -> F:
 
     if is_method:
         wrapper.__no_type_check__ = True  # type: ignore[attr-defined]
+    if deferred:
+        wrapper._pytreemod_owner = owner  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def set_owner(method: Any, cls: type) -> None:
+    """Tell a ``checked`` method annotated with ``Self`` which class declares it."""
+    owner = getattr(method, "_pytreemod_owner", None)
+    if owner is not None:
+        owner[0] = cls
+
+
+def _is_self(hint: Any) -> bool:
+    return hint is typing.Self or (isinstance(hint, str) and hint.strip() == "Self")
+
+
+def _mentions_self(fn: Callable[..., Any]) -> bool:
+    def mentions(hint: Any) -> bool:
+        return _is_self(hint) or any(mentions(a) for a in typing.get_args(hint))
+
+    return any(mentions(h) for h in getattr(fn, "__annotations__", {}).values())
+
+
+def _replace_self(hint: Any, cls: type) -> Any:
+    if _is_self(hint):
+        return cls
+    args = typing.get_args(hint)
+    if not args:
+        return hint
+    new = tuple(_replace_self(a, cls) for a in args)
+    if new == args:
+        return hint
+    origin = typing.get_origin(hint)
+    if isinstance(hint, types.GenericAlias):  # list[Self], tuple[Self, int]
+        return types.GenericAlias(origin, new)
+    if origin is types.UnionType or origin is typing.Union:  # Self | None
+        return typing.Union[new]  # noqa: UP007
+    copy_with = getattr(hint, "copy_with", None)  # typing.Tuple[...], typing.Optional[...]
+    return copy_with(new) if copy_with is not None else hint
+
+
+def _with_self_as(fn: Callable[..., Any], cls: type) -> Callable[..., Any]:
+    """A copy of ``fn`` whose annotations name ``cls`` where they say ``Self``."""
+    assert isinstance(fn, types.FunctionType)
+    copy = types.FunctionType(
+        fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = fn.__qualname__
+    copy.__module__ = fn.__module__
+    copy.__doc__ = fn.__doc__
+    copy.__annotations__ = {k: _replace_self(v, cls) for k, v in fn.__annotations__.items()}
+    return copy
 
 
 def fail(op: str, reason: str) -> typing.NoReturn:

@@ -1,7 +1,7 @@
 """Trace-time shape checks: error messages, zero cost after tracing, none at unflatten."""
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Self
 
 import jax
 import jax.numpy as jnp
@@ -246,3 +246,38 @@ def test_no_checks_or_init_when_jax_rebuilds_a_layer(getkey: Key) -> None:
     for _ in range(3):
         layer, _ = step(layer, jnp.ones(3))
     assert calls == ["check"]  # rebuilt every step, constructed once
+
+
+class _Counter(pm.Module, typecheck=True):
+    n: pm.Param[jax.Array]
+
+    def bump(self, by: Float[jax.Array, ""]) -> Self:
+        return pm.replace(self, n=pm.Param(self.n.value + by))
+
+    def merged(self, other: Self) -> tuple[Self, Float[jax.Array, ""]]:
+        return pm.replace(self, n=pm.Param(self.n.value + other.n.value)), other.n.value
+
+    def broken(self) -> Self:
+        return self.n  # type: ignore[return-value]  # wrong on purpose: a Param
+
+
+class _NamedCounter(_Counter):
+    name: str = pm.field(static=True, default="c")
+
+
+def test_methods_annotated_with_self_are_checked_against_their_class() -> None:
+    c = _Counter(pm.Param(jnp.zeros(())))
+    assert float(c.bump(jnp.ones(())).n.value) == 1.0
+    total, other = c.bump(jnp.ones(())).merged(_Counter(pm.Param(jnp.full((), 2.0))))
+    assert float(total.n.value) == 3.0 and float(other) == 2.0
+    # Inherited by a subclass: its instances are instances of the declaring class.
+    named = _NamedCounter(pm.Param(jnp.zeros(())))
+    assert type(named.bump(jnp.ones(()))) is _NamedCounter
+    with pytest.raises(
+        pm.ShapeError,
+        match=r"(?s)^_Counter.merged\(other=f32\[\]\): .*parameter 'other'"
+        r".*Expected type: .*_Counter",
+    ):
+        c.merged(pm.Param(jnp.zeros(())))  # type: ignore[arg-type]
+    with pytest.raises(pm.ShapeError, match=r"(?s)^_Counter.broken\(\): .*return"):
+        c.broken()
