@@ -203,6 +203,20 @@ def _is_container(typ: Any) -> bool:
     return typ in (tuple, list, dict) or (isinstance(typ, type) and _is_namedtuple(typ))
 
 
+def _children(
+    treedef: Any, expr: str, const: Callable[[Any], str]
+) -> tuple[list[tuple[Any, Any, str]], str]:
+    """The children of a container node at ``expr`` as ``(key, treedef, expression)``,
+    and the condition that ``expr`` has exactly those keys (dict) or that length."""
+    data = treedef.node_data()
+    children = treedef.children()
+    if data[0] is dict:
+        items = [(k, c, f"{expr}[{const(k)}]") for k, c in zip(data[1], children)]
+        return items, f"{expr}.keys() == {const(frozenset(data[1]))}"
+    items = [(i, c, f"{expr}[{i}]") for i, c in enumerate(children)]
+    return items, f"len({expr}) == {len(children)}"
+
+
 class _TestWriter:
     """Writes the conditions of a pattern's test, one node of an argument at a time."""
 
@@ -250,15 +264,9 @@ class _TestWriter:
             )
             return True
         self.conds.append(f"type({expr}) is {self.const(typ)}")
-        children = treedef.children()
-        if typ is dict:
-            keys = list(data[1])
-            self.conds.append(f"{expr}.keys() == {self.const(frozenset(keys))}")
-            items = [(obj[k], c, f"{expr}[{self.const(k)}]") for k, c in zip(keys, children)]
-        else:
-            self.conds.append(f"len({expr}) == {len(children)}")
-            items = [(obj[i], c, f"{expr}[{i}]") for i, c in enumerate(children)]
-        return all(self.node(o, c, e) for o, c, e in items)
+        items, shape = _children(treedef, expr, self.const)
+        self.conds.append(shape)
+        return all(self.node(obj[k], c, e) for k, c, e in items)
 
 
 def _learn_pattern(
@@ -338,7 +346,7 @@ class _Entry:
         return spec.split(out)
 
 
-def _keeper(spec: _Out) -> Callable[[Any], tuple[Any, ...]] | None:
+def _keeper(spec: _Out) -> Callable[[Any], tuple[weakref.ref[Any], ...]] | None:
     """The modules of an output that the next call may pass back (the model, the modules
     inside an optimizer state), reached through its tuples, lists and dicts, when every
     leaf of the output is an array; None if there are none."""
@@ -347,6 +355,10 @@ def _keeper(spec: _Out) -> Callable[[Any], tuple[Any, ...]] | None:
     exprs: list[str] = []
     consts: list[Any] = []
 
+    def const(value: Any) -> str:
+        consts.append(value)
+        return f"c{len(consts) - 1}"
+
     def walk(treedef: Any, expr: str) -> None:
         data = treedef.node_data()
         if data is None:
@@ -354,13 +366,9 @@ def _keeper(spec: _Out) -> Callable[[Any], tuple[Any, ...]] | None:
         typ = data[0]
         if isinstance(typ, type) and issubclass(typ, _WEAK_TYPES):
             exprs.append(expr)
-        elif typ is dict:
-            for key, child in zip(data[1], treedef.children()):
-                consts.append(key)
-                walk(child, f"{expr}[c{len(consts) - 1}]")
         elif _is_container(typ):
-            for i, child in enumerate(treedef.children()):
-                walk(child, f"{expr}[{i}]")
+            for _, child, child_expr in _children(treedef, expr, const)[0]:
+                walk(child, child_expr)
 
     walk(spec.treedef, "out")
     if not exprs:

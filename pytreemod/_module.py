@@ -171,7 +171,7 @@ def _is_dunder(name: str) -> bool:
 _UNCHECKED = frozenset({"__init__", "__check_init__", "__post_init__", "__repr__"})
 
 
-def _typecheck_methods(namespace: dict[str, Any]) -> list[Any]:
+def _typecheck_methods(namespace: dict[str, Any]) -> None:
     """Wrap the class's own methods (``__call__`` and public ones) with jaxtyping+beartype.
 
     The check runs whenever the method is called eagerly, and once per trace under
@@ -182,7 +182,6 @@ def _typecheck_methods(namespace: dict[str, Any]) -> list[Any]:
     """
     from ._shapecheck import checked
 
-    wrapped = []
     for key, value in list(namespace.items()):
         if not isinstance(value, types.FunctionType) or key in _UNCHECKED:
             continue
@@ -191,8 +190,6 @@ def _typecheck_methods(namespace: dict[str, Any]) -> list[Any]:
         if getattr(value, "__no_type_check__", False):
             continue
         namespace[key] = checked(value, method=True)
-        wrapped.append(namespace[key])
-    return wrapped
 
 
 # No frozen_default=True: type checkers would then reject the assignments in a custom
@@ -214,7 +211,11 @@ class _ModuleMeta(ABCMeta):
         is_base = not any(isinstance(b, _ModuleMeta) for b in bases)
         if typecheck is None:
             typecheck = any(getattr(b, "_pytreemod_typecheck", False) for b in bases)
-        checked_methods = _typecheck_methods(namespace) if typecheck else []
+        if typecheck:
+            _typecheck_methods(namespace)
+        # Checked methods annotated with `Self` (the class's own or a layer's @checked
+        # ones) are checked against this class, which exists only after type.__new__.
+        awaiting_owner = [v for v in namespace.values() if hasattr(v, "_pytreemod_owner")]
         if is_base:
             # The unflatten sentinel is a real (kw-only) dataclass field so that
             # register_dataclass accepts it as a meta field; its value lives on the class.
@@ -227,11 +228,8 @@ class _ModuleMeta(ABCMeta):
                 if isinstance(value, types.FunctionType) and not _is_dunder(key):
                     namespace[key] = _MethodDescriptor(value)
         cls: Any = super().__new__(mcs, name, bases, namespace, **kwargs)
-        if checked_methods:
-            from ._shapecheck import set_owner
-
-            for method in checked_methods:
-                set_owner(method, cls)  # `-> Self` is checked against this class
+        for method in awaiting_owner:
+            method._pytreemod_owner[0] = cls
         user_init = "__init__" in namespace or any(
             getattr(b, "_pytreemod_user_init", False) for b in bases
         )

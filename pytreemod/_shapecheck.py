@@ -57,7 +57,8 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     op_name = f"pytreemod.nn.functional.{fn.__name__}"
     # beartype accepts ``typing.Self`` only when it decorates the whole class; a method
     # annotated with it is checked against its declaring class instead (``owner``, set by
-    # the Module metaclass once the class exists), so its checker is built on first call.
+    # the Module metaclass through ``_pytreemod_owner`` once the class exists), so its
+    # checker is built on first call.
     owner: list[type | None] = [None]
     deferred = is_method and _mentions_self(fn)
     inner: Callable[..., Any] | None = None if deferred else jaxtyped(typechecker=beartype)(fn)
@@ -88,13 +89,6 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     if deferred:
         wrapper._pytreemod_owner = owner  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
-
-
-def set_owner(method: Any, cls: type) -> None:
-    """Tell a ``checked`` method annotated with ``Self`` which class declares it."""
-    owner = getattr(method, "_pytreemod_owner", None)
-    if owner is not None:
-        owner[0] = cls
 
 
 def _is_self(hint: Any) -> bool:
@@ -253,9 +247,7 @@ def _explain(
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception:  # names the annotations use are out of reach (a class in a function)
-        hints = getattr(fn, "__annotations__", {})
-        if any(isinstance(h, str) for h in hints.values()):
-            return None
+        return None
     memo: dict[str, tuple[Any, str, Any, int, str]] = {}
     for name in signature.parameters:
         annotation = _array_annotation(hints.get(name))
