@@ -7,7 +7,6 @@ Run: ``python -m benchmarks.dispatch`` (prints a Markdown table).
 
 import argparse
 import gc
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -79,15 +78,21 @@ class NnxMLP(nnx.Module):
         return self.layers[-1](x)
 
 
+def models(depth: int) -> tuple[MLP, list[dict[str, jax.Array]]]:
+    """The pytreemod MLP and the same parameters as raw JAX's list of dicts."""
+    model = MLP(depth, key=jax.random.key(0))
+    return model, [{"w": layer.weight.value, "b": layer.bias.value} for layer in model.layers]
+
+
 def contestants(depth: int) -> dict[str, dict[str, Callable[[], Any]]]:
-    """For each task, the zero-argument calls to time (state threaded through closures)."""
+    """For each task, the zero-argument calls to time (state threaded through closures;
+    a train step returns the state it stored)."""
     key = jax.random.key(0)
     x = jnp.ones((BATCH, WIDTH))
     y = jnp.zeros((BATCH, WIDTH))
     opt = optax.adam(1e-3)
 
-    model = MLP(depth, key=key)
-    params = [{"w": layer.weight.value, "b": layer.bias.value} for layer in model.layers]
+    model, params = models(depth)
     eqx_model = EqxMLP(depth, key=key)
     nnx_model = NnxMLP(depth, rngs=nnx.Rngs(0))
     nnx_opt = nnx.Optimizer(nnx_model, opt, wrt=nnx.Param)
@@ -127,20 +132,23 @@ def contestants(depth: int) -> dict[str, dict[str, Callable[[], Any]]]:
         "eqx": (eqx_model, opt.init(eqx.filter(eqx_model, eqx.is_array))),
     }
 
-    def run_raw() -> None:
+    def run_raw() -> Any:
         p, s = state["raw"]
         p, s, _ = raw_step(p, s, x, y)
         state["raw"] = (p, s)
+        return state["raw"]
 
-    def run_pm() -> None:
+    def run_pm() -> Any:
         m, s = state["pm"]
         m, s, _ = pm_step(m, s, x, y)
         state["pm"] = (m, s)
+        return state["pm"]
 
-    def run_eqx() -> None:
+    def run_eqx() -> Any:
         m, s = state["eqx"]
         m, s, _ = eqx_step(m, s, x, y)
         state["eqx"] = (m, s)
+        return state["eqx"]
 
     return {
         "forward": {
@@ -200,23 +208,16 @@ def _amortized_us(fns: dict[str, Callable[[], Any]], steps: int, repeats: int) -
 
 
 def _blocking(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn``, then wait for the state it stored: no overlap with the next call."""
-    state = inspect.getclosurevars(fn).nonlocals["state"]
-
-    def call() -> None:
-        fn()
-        jax.block_until_ready(state)
-
-    return call
+    """``fn``, then wait for the state it returns: no overlap with the next call."""
+    return lambda: jax.block_until_ready(fn())
 
 
 def _build_free_us(depth: int, repeats: int = 5) -> dict[str, float]:
     """Microseconds to build one adam step's output tree from its arrays and free it again:
     pytreemod's generated builder (what ``pm.jit`` runs per call) against JAX's C++
     ``tree_unflatten`` of raw JAX's dicts. Collector off."""
-    model = MLP(depth, key=jax.random.key(0))
+    model, params = models(depth)
     opt = optax.adam(1e-3)
-    params = [{"w": layer.weight.value, "b": layer.bias.value} for layer in model.layers]
     loss = jnp.zeros(())
     leaves, treedef = jax.tree.flatten((model, opt.init(cast(Any, model)), loss))
     build = compile_unflatten(treedef)

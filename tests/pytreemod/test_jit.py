@@ -630,15 +630,22 @@ def test_initial_model_not_kept_alive(getkey: Callable[[], jax.Array]) -> None:
     assert first() is None
 
 
-def test_arguments_recognised_without_keeping_them_alive(getkey: Callable[[], jax.Array]) -> None:
-    import gc
-    import weakref
-
+def _recognised_forward(getkey: Callable[[], jax.Array]) -> tuple[Any, Callable[[], int], Linear]:
+    """A jitted forward pass called twice on one model (checked, then recognised), its
+    count of checked calls, and the model."""
     f = pm.jit(lambda m, x: m(x))
     slow = _slow_calls(f)
     m = Linear(2, 3, key=getkey())
     f(m, _x())
     f(m, _x())
+    return f, slow, m
+
+
+def test_arguments_recognised_without_keeping_them_alive(getkey: Callable[[], jax.Array]) -> None:
+    import gc
+    import weakref
+
+    f, slow, m = _recognised_forward(getkey)
     assert slow() == 1  # recognised on the second call...
     ref = weakref.ref(m)
     del m
@@ -690,23 +697,21 @@ def test_training_state_and_evaluated_models_freed_after_the_loop(
 
 def test_a_dead_patterns_place_is_not_matched_by_none() -> None:
     # A pattern recognising a module whose reference died must not match None there.
+    import gc
+
     f = pm.jit(lambda m, x: x if m is None else m(x))
+    slow = _slow_calls(f)
     m = pm.nn.Linear(2, 2, key=jax.random.key(0))
     f(m, _x())
     f(m, _x())
     del m
-    import gc
-
     gc.collect()
     np.testing.assert_allclose(f(None, _x()), _x())
+    assert slow() == 2  # checked, not sent down the dead pattern's path
 
 
 def test_clear_cache_forgets_patterns(getkey: Callable[[], jax.Array]) -> None:
-    f = pm.jit(lambda m, x: m(x))
-    slow = _slow_calls(f)
-    m = Linear(2, 3, key=getkey())
-    f(m, _x())
-    f(m, _x())
+    f, slow, m = _recognised_forward(getkey)
     f.clear_cache()  # type: ignore[attr-defined]
     f(m, _x())
     assert slow() == 2
@@ -759,13 +764,13 @@ def test_a_new_model_every_call_reuses_the_compiled_test(getkey: Callable[[], ja
     # structure share one generated test function, so learning does not exec every call.
     from pytreemod import _jit
 
-    f = pm.jit(lambda m, x: m(x))
-    m = Linear(2, 3, key=getkey())
-    f(m, _x())
+    f, slow, m = _recognised_forward(getkey)
     before = dict(_jit._FACTORIES)
     for i in range(5):
         other = pm.tree_at(lambda m: m.bias, m, pm.Param(jnp.full(3, float(i))))
         np.testing.assert_allclose(f(other, _x()), other(_x()), rtol=1e-6)
+        f(other, _x())  # recognised: its pattern was learned
+    assert slow() == 1 + 5
     assert _jit._FACTORIES == before
 
 

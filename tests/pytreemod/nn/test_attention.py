@@ -67,20 +67,33 @@ def test_self_attention_with_causal_mask_matches_reference_and_flax(getkey: Key)
 
 def test_cross_attention_with_padding_mask_matches_flax(getkey: Key) -> None:
     nn = linen()
-    layer = make(pm.nn.MultiHeadAttention, 4, 16, kv_features=12, out_features=10,
-                 bias_init=normal, key=getkey())
+    layer = make(
+        pm.nn.MultiHeadAttention,
+        4,
+        16,
+        kv_features=12,
+        out_features=10,
+        bias_init=normal,
+        key=getkey(),
+    )
     xq = randn(getkey(), (2, 5, 16))
     mem = randn(getkey(), (2, 7, 12))
     valid = jnp.arange(7)[None, :] < jnp.array([[7], [4]])
     mask = pm.nn.make_attention_mask(jnp.ones((2, 5), bool), valid)
     y = jcall(lambda m, q, k: m(q, k, mask=mask), layer, xq, mem)
     assert y.shape == (2, 5, 10)
-    ref = run_linen(nn.MultiHeadDotProductAttention(4, out_features=10), pm.to_variables(layer),
-                    xq, mem, mask=mask)
+    ref = run_linen(
+        nn.MultiHeadDotProductAttention(4, out_features=10),
+        pm.to_variables(layer),
+        xq,
+        mem,
+        mask=mask,
+    )
     close(y, ref)
     vals = randn(getkey(), (2, 7, 12))
-    ref_kv = run_linen(nn.MultiHeadDotProductAttention(4, out_features=10),
-                       pm.to_variables(layer), xq, mem, vals)
+    ref_kv = run_linen(
+        nn.MultiHeadDotProductAttention(4, out_features=10), pm.to_variables(layer), xq, mem, vals
+    )
     close(jcall(layer, xq, mem, vals), ref_kv)
 
 
@@ -88,8 +101,9 @@ def test_normalize_qk_matches_flax(getkey: Key) -> None:
     nn = linen()
     layer = _layer(getkey, normalize_qk=True)
     x = randn(getkey(), (2, 6, 16))
-    ref = run_linen(nn.MultiHeadDotProductAttention(4, normalize_qk=True), pm.to_variables(layer),
-                    x)
+    ref = run_linen(
+        nn.MultiHeadDotProductAttention(4, normalize_qk=True), pm.to_variables(layer), x
+    )
     close(jcall(layer, x), ref)
 
 
@@ -108,14 +122,23 @@ def test_default_initializers_match_flax(getkey: Key) -> None:
 def test_implementation_xla_agrees_with_the_default(getkey: Key) -> None:
     q, k, v = (randn(getkey(), (2, 6, 4, 8)) for _ in range(3))
     mask = F.make_causal_mask(jnp.ones((2, 6)))
-    both = jcall(lambda q, k, v: (F.dot_product_attention(q, k, v, mask=mask),
-                                  F.dot_product_attention(q, k, v, mask=mask,
-                                                          implementation="xla")), q, k, v)
+    both = jcall(
+        lambda q, k, v: (
+            F.dot_product_attention(q, k, v, mask=mask),
+            F.dot_product_attention(q, k, v, mask=mask, implementation="xla"),
+        ),
+        q,
+        k,
+        v,
+    )
     close(*both)
     q2, k2, v2 = (t.reshape(1, 2, 6, 4, 8) for t in (q, k, v))  # several batch axes
-    close(jcall(lambda q, k, v: F.dot_product_attention(q, k, v, implementation="xla"),
-                q2, k2, v2)[0],
-          jcall(lambda q, k, v: F.dot_product_attention(q, k, v), q, k, v))
+    close(
+        jcall(lambda q, k, v: F.dot_product_attention(q, k, v, implementation="xla"), q2, k2, v2)[
+            0
+        ],
+        jcall(lambda q, k, v: F.dot_product_attention(q, k, v), q, k, v),
+    )
 
 
 def test_functional_attention_matches_flax_function(getkey: Key) -> None:
@@ -138,8 +161,9 @@ def test_functional_attention_matches_flax_function(getkey: Key) -> None:
 def test_attention_dropout(getkey: Key) -> None:
     layer = _layer(getkey, dropout_rate=0.5)
     x = randn(getkey(), (2, 6, 16))
-    close(jcall(lambda m, v: m(v, deterministic=True), layer, x),
-          jcall(_reference, layer, x, x, None))
+    close(
+        jcall(lambda m, v: m(v, deterministic=True), layer, x), jcall(_reference, layer, x, x, None)
+    )
     train = pm.jit(lambda m, v, k: m(v, key=k))
     a, b = train(layer, x, jax.random.key(1)), train(layer, x, jax.random.key(2))
     assert not jnp.allclose(a, b)
@@ -247,8 +271,9 @@ def test_decoding_matches_flax_decode(getkey: Key) -> None:
 def test_writing_the_cache_needs_it_mutable(getkey: Key) -> None:
     layer = _layer(getkey).init_cache(1, max_len=2)
     with pytest.raises(pm.StateWriteError, match=r"Cannot update \.cached_key: collection 'cache'"):
-        jax.eval_shape(lambda m, v: pm.apply(m.decode, v, mutable="batch_stats"), layer,
-                       jnp.ones((1, 1, 16)))
+        jax.eval_shape(
+            lambda m, v: pm.apply(m.decode, v, mutable="batch_stats"), layer, jnp.ones((1, 1, 16))
+        )
 
 
 def test_overfull_cache_is_an_error_when_the_index_is_known(getkey: Key) -> None:

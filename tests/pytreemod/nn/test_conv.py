@@ -35,8 +35,7 @@ def _input(getkey: Key, kernel_size: tuple[int, ...], batch: tuple[int, ...] = (
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: str(sorted(c.items())))
 def test_conv_matches_flax(getkey: Key, config: dict[str, Any]) -> None:
     nn = linen()
-    layer = make(pm.nn.Conv, 4, 6, bias_init=jax.nn.initializers.normal(), key=getkey(),
-                 **config)
+    layer = make(pm.nn.Conv, 4, 6, bias_init=jax.nn.initializers.normal(), key=getkey(), **config)
     x = _input(getkey, config["kernel_size"])
     ref = run_linen(nn.Conv(6, **config), pm.to_variables(layer), x)
     y = jcall(layer, x)
@@ -137,8 +136,9 @@ TRANSPOSE_CONFIGS: list[dict[str, Any]] = [
 @pytest.mark.parametrize("config", TRANSPOSE_CONFIGS, ids=lambda c: str(sorted(c.items())))
 def test_conv_transpose_matches_flax(getkey: Key, config: dict[str, Any]) -> None:
     nn = linen()
-    layer = make(pm.nn.ConvTranspose, 4, 6, bias_init=jax.nn.initializers.normal(),
-                 key=getkey(), **config)
+    layer = make(
+        pm.nn.ConvTranspose, 4, 6, bias_init=jax.nn.initializers.normal(), key=getkey(), **config
+    )
     x = _input(getkey, config["kernel_size"])
     ref = run_linen(nn.ConvTranspose(6, **config), pm.to_variables(layer), x)
     y = jcall(layer, x)
@@ -151,8 +151,9 @@ def test_conv_transpose_matches_lax_reference(getkey: Key) -> None:
     x = _input(getkey, (3, 3))
 
     def reference(layer: pm.nn.ConvTranspose, x: jax.Array) -> jax.Array:
-        return lax.conv_transpose(x, layer.kernel.value, (2, 2), "SAME",
-                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return lax.conv_transpose(
+            x, layer.kernel.value, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
 
     y = jcall(layer, x)
     assert y.shape == (2, 18, 16, 6)
@@ -160,11 +161,11 @@ def test_conv_transpose_matches_lax_reference(getkey: Key) -> None:
 
 
 def test_conv_transpose_with_transpose_kernel_is_the_gradient_of_conv(getkey: Key) -> None:
-    conv = make(pm.nn.Conv1d, 4, 6, 3, strides=2, padding="VALID", use_bias=False,
-                key=getkey())
+    conv = make(pm.nn.Conv1d, 4, 6, 3, strides=2, padding="VALID", use_bias=False, key=getkey())
     up = jax.eval_shape(
-        lambda k: pm.nn.ConvTranspose1d(6, 4, 3, strides=2, padding="VALID", use_bias=False,
-                                        transpose_kernel=True, key=k),
+        lambda k: pm.nn.ConvTranspose1d(
+            6, 4, 3, strides=2, padding="VALID", use_bias=False, transpose_kernel=True, key=k
+        ),
         getkey(),
     )
     up = pm.tree_at(lambda m: m.kernel, up, conv.kernel)

@@ -54,8 +54,11 @@ def test_block_matches_linen_numerically_and_its_step_in_primitives() -> None:
     block = make(Block, key=jax.random.key(0))
     p = pm.to_variables(block)["params"]
     flax_params = {
-        "ln1": p["ln1"], "ln2": p["ln2"], "attn": p["attn"],
-        "fc1": p["mlp"]["layers"][0], "fc2": p["mlp"]["layers"][1],
+        "ln1": p["ln1"],
+        "ln2": p["ln2"],
+        "attn": p["attn"],
+        "fc1": p["mlp"]["layers"][0],
+        "fc2": p["mlp"]["layers"][1],
     }
     x = randn(jax.random.key(1), (B, T, D))
     mask = pm.nn.make_causal_mask(jnp.ones((B, T)))

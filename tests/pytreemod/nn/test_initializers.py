@@ -31,8 +31,9 @@ def test_partitioned_initializer_boxes_the_parameter() -> None:
 
 
 def test_attention_kernels_accept_full_shape_partitioning() -> None:
-    init = pm.with_partitioning(initializers.lecun_normal(in_axis=0, out_axis=(1, 2)),
-                                ("embed", "heads", None))
+    init = pm.with_partitioning(
+        initializers.lecun_normal(in_axis=0, out_axis=(1, 2)), ("embed", "heads", None)
+    )
     proj = pm.nn.ProjectHeads(4, 2, 2, kernel_init=init, key=jax.random.key(0))
     assert isinstance(proj.kernel.value, pm.Partitioned) and proj.kernel.shape == (4, 2, 2)
     flat = pm.with_partitioning(initializers.lecun_normal(), ("embed", "heads"))

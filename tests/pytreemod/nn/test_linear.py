@@ -41,8 +41,9 @@ def test_linear_without_bias(getkey: Key) -> None:
 @pytest.mark.parametrize("use_bias", [True, False])
 def test_linear_matches_flax_dense(getkey: Key, use_bias: bool) -> None:
     nn = linen()
-    layer = make(pm.nn.Linear, 3, 4, use_bias=use_bias, bias_init=jax.nn.initializers.normal(),
-                 key=getkey())
+    layer = make(
+        pm.nn.Linear, 3, 4, use_bias=use_bias, bias_init=jax.nn.initializers.normal(), key=getkey()
+    )
     x = randn(getkey(), (2, 7, 3))
     ref = run_linen(nn.Dense(4, use_bias=use_bias), pm.to_variables(layer), x)
     close(jcall(layer, x), ref)
@@ -81,8 +82,15 @@ def test_identity_returns_its_input() -> None:
 
 
 def test_mlp_structure_and_reference(getkey: Key) -> None:
-    mlp = make(pm.nn.MLP, 3, [8, 8], 4, activation=jax.nn.tanh,
-               final_activation=jax.nn.sigmoid, key=getkey())
+    mlp = make(
+        pm.nn.MLP,
+        3,
+        [8, 8],
+        4,
+        activation=jax.nn.tanh,
+        final_activation=jax.nn.sigmoid,
+        key=getkey(),
+    )
     assert [layer.kernel.shape for layer in mlp.layers] == [(3, 8), (8, 8), (8, 4)]
     x = randn(getkey(), (2, 7, 3))
 
@@ -111,8 +119,12 @@ def test_sequential_wraps_functions_and_splits_keys(getkey: Key) -> None:
 
     def build(*, key: jax.Array) -> pm.nn.Sequential:
         return pm.nn.Sequential(
-            [pm.nn.Linear(3, 8, key=k1), jax.nn.relu, pm.nn.Dropout(0.5),
-             pm.nn.Linear(8, 4, key=k2)]
+            [
+                pm.nn.Linear(3, 8, key=k1),
+                jax.nn.relu,
+                pm.nn.Dropout(0.5),
+                pm.nn.Linear(8, 4, key=k2),
+            ]
         )
 
     model = make(build, key=k1)

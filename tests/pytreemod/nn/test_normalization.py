@@ -55,10 +55,20 @@ def test_layer_norm_defaults_are_flax_defaults() -> None:
 def test_layer_norm_options_match_flax(getkey: Key) -> None:
     nn = linen()
     x = _x(getkey)
-    norm = make(pm.nn.LayerNorm, (5, 6), reduction_axes=(1, 2), feature_axes=(1, 2),
-                use_bias=False, scale_init=normal, key=getkey())
-    ref = run_linen(nn.LayerNorm(reduction_axes=(1, 2), feature_axes=(1, 2), use_bias=False),
-                    pm.to_variables(norm), x)
+    norm = make(
+        pm.nn.LayerNorm,
+        (5, 6),
+        reduction_axes=(1, 2),
+        feature_axes=(1, 2),
+        use_bias=False,
+        scale_init=normal,
+        key=getkey(),
+    )
+    ref = run_linen(
+        nn.LayerNorm(reduction_axes=(1, 2), feature_axes=(1, 2), use_bias=False),
+        pm.to_variables(norm),
+        x,
+    )
     close(jcall(norm, x), ref)
     slow = pm.nn.LayerNorm(6, use_fast_variance=False)
     ref = run_linen(nn.LayerNorm(use_fast_variance=False), pm.to_variables(slow), x)
@@ -118,8 +128,15 @@ def test_group_norm_matches_reference_and_flax(
     getkey: Key, groups: int | None, size: int | None
 ) -> None:
     nn = linen()
-    norm = make(pm.nn.GroupNorm, 6, groups, group_size=size, scale_init=normal,
-                bias_init=normal, key=getkey())
+    norm = make(
+        pm.nn.GroupNorm,
+        6,
+        groups,
+        group_size=size,
+        scale_init=normal,
+        bias_init=normal,
+        key=getkey(),
+    )
     x = _x(getkey, (2, 4, 5, 6))
     ref = run_linen(nn.GroupNorm(num_groups=groups, group_size=size), pm.to_variables(norm), x)
     y = jcall(norm, x)
@@ -156,8 +173,7 @@ def _bn_reference(x: jax.Array, mean: jax.Array, var: jax.Array, bn: pm.nn.Batch
 
 def test_batch_norm_train_matches_reference_and_flax(getkey: Key) -> None:
     nn = linen()
-    bn = make(pm.nn.BatchNorm, 6, momentum=0.9, scale_init=normal, bias_init=normal,
-              key=getkey())
+    bn = make(pm.nn.BatchNorm, 6, momentum=0.9, scale_init=normal, bias_init=normal, key=getkey())
     x = _x(getkey, (8, 6))
     y, new = jcall(lambda m, v: pm.apply(m, v, mutable="batch_stats"), bn, x)
     mean, var = x.mean(0), x.var(0)
@@ -165,7 +181,9 @@ def test_batch_norm_train_matches_reference_and_flax(getkey: Key) -> None:
     close(new.mean.value, 0.9 * bn.mean.value + 0.1 * mean)  # from random running stats
     close(new.var.value, 0.9 * bn.var.value + 0.1 * var)
     ref, updates = run_linen(
-        nn.BatchNorm(use_running_average=False, momentum=0.9), pm.to_variables(bn), x,
+        nn.BatchNorm(use_running_average=False, momentum=0.9),
+        pm.to_variables(bn),
+        x,
         mutable=["batch_stats"],
     )
     close(y, ref)
@@ -177,8 +195,11 @@ def test_batch_norm_train_matches_reference_and_flax(getkey: Key) -> None:
 def test_batch_norm_eval_reads_running_stats_and_writes_nothing(getkey: Key) -> None:
     nn = linen()
     bn = pm.nn.BatchNorm(6, use_running_average=True)
-    bn = pm.tree_at(lambda m: (m.mean, m.var), bn,
-                    (pm.BatchStat(jnp.arange(6.0)), pm.BatchStat(jnp.full(6, 2.0))))
+    bn = pm.tree_at(
+        lambda m: (m.mean, m.var),
+        bn,
+        (pm.BatchStat(jnp.arange(6.0)), pm.BatchStat(jnp.full(6, 2.0))),
+    )
     x = _x(getkey, (8, 6))
     y, same = pm.apply(bn, x, mutable=False)  # no collection mutable: eval only reads
     assert same is bn
@@ -245,8 +266,9 @@ def test_batch_norm_cross_replica_stats_under_vmap(getkey: Key) -> None:
     y, new = step(bn, x)
     close(new.mean.value, x.mean(0))  # statistics over the whole mapped batch
     close(new.var.value, x.var(0))
-    plain, _ = jcall(lambda m, v: pm.apply(m, v, mutable="batch_stats"),
-                     bn.replace(axis_name=None), x)
+    plain, _ = jcall(
+        lambda m, v: pm.apply(m, v, mutable="batch_stats"), bn.replace(axis_name=None), x
+    )
     close(y, plain)  # same as normalising the batch at once
 
 
@@ -266,15 +288,20 @@ def test_batch_norm_multiple_feature_axes_match_flax(getkey: Key) -> None:
     bn = make(pm.nn.BatchNorm, (5, 6), axis=(1, 2), scale_init=normal, key=getkey())
     x = _x(getkey)
     y, new = jcall(lambda m, v: pm.apply(m, v, mutable="batch_stats"), bn, x)
-    ref, updates = run_linen(nn.BatchNorm(use_running_average=False, axis=(1, 2)),
-                             pm.to_variables(bn), x, mutable=["batch_stats"])
+    ref, updates = run_linen(
+        nn.BatchNorm(use_running_average=False, axis=(1, 2)),
+        pm.to_variables(bn),
+        x,
+        mutable=["batch_stats"],
+    )
     close(y, ref)
     close(new.var.value, updates["batch_stats"]["var"])
 
 
 def test_functional_batch_stats_pmean_matches_global(getkey: Key) -> None:
     x = _x(getkey, (4, 3, 6))
-    mean, var = jax.jit(jax.vmap(lambda xi: F.batch_stats(xi, axis_name="i"), axis_name="i",
-                                 out_axes=None))(x)
+    mean, var = jax.jit(
+        jax.vmap(lambda xi: F.batch_stats(xi, axis_name="i"), axis_name="i", out_axes=None)
+    )(x)
     close(mean, x.reshape(-1, 6).mean(0))
     close(var, x.reshape(-1, 6).var(0))

@@ -24,8 +24,12 @@ def test_pools_match_flax(case: dict) -> None:
     x = randn(jax.random.key(0), (2, 6, 7, 3))
 
     def run(maxp, avgp, minp, x):
-        return (maxp(x, **case), avgp(x, **case), minp(x, **case),
-                avgp(x, count_include_pad=False, **case))
+        return (
+            maxp(x, **case),
+            avgp(x, **case),
+            minp(x, **case),
+            avgp(x, count_include_pad=False, **case),
+        )
 
     ours = jax.jit(run, static_argnums=(0, 1, 2))(F.max_pool, F.avg_pool, F.min_pool, x)
     with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):

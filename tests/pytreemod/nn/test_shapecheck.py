@@ -281,3 +281,23 @@ def test_methods_annotated_with_self_are_checked_against_their_class() -> None:
         c.merged(pm.Param(jnp.zeros(())))  # type: ignore[arg-type]
     with pytest.raises(pm.ShapeError, match=r"(?s)^_Counter.broken\(\): .*return"):
         c.broken()
+
+
+def test_a_layers_checked_self_method_binds_its_declaring_class() -> None:
+    # A layer's own @checked method (not wrapped by typecheck=True): first called on a
+    # subclass instance, it must still accept instances of the class that declares it.
+    from pytreemod._shapecheck import checked
+
+    class Base(pm.Module):
+        n: pm.Param[jax.Array]
+
+        @checked
+        def same(self) -> Self:
+            return self
+
+    class Sub(Base):
+        pass
+
+    sub, base = Sub(pm.Param(jnp.zeros(()))), Base(pm.Param(jnp.zeros(())))
+    assert sub.same() is sub
+    assert base.same() is base
