@@ -19,6 +19,12 @@ SECTIONS = [
         "(O(sqrt(n)) activations); trace+lower of a ResNet-18 at most 1.0x of flax.core's.",
     ),
     (
+        "adapters.linen: trace time and dispatch against flax.linen",
+        ["-m", "benchmarks.linen"],
+        "Targets: `init`/`apply` of a ResNet-18 under `jax.eval_shape` at most 0.5x of "
+        "flax.linen's; jitted `apply` dispatch within 1.05x of flax.linen's.",
+    ),
+    (
         "Dispatch overhead of a compiled call",
         ["-m", "benchmarks.dispatch"],
         "Target: `pytreemod.jit` within 1.2x of raw `jax.jit`; overhead growing no faster "

@@ -1,0 +1,153 @@
+"""adapters.linen against flax.linen: the Python cost of Linen code, and dispatch.
+
+Run: ``python -m benchmarks.linen`` (prints Markdown tables).
+
+One ResNet-18 source written as Linen code (``nn.compact`` blocks, ``nn.Conv``,
+``nn.BatchNorm``, ``nn.Dense``) is instantiated twice, once with ``adapters.linen`` and once
+with ``flax.linen`` as ``nn``: only the import differs.
+
+(a) **Trace time.** ``jax.eval_shape`` of ``init`` and of a training ``apply`` (BatchNorm
+statistics mutable) runs the modules' Python once with abstract arrays and compiles
+nothing: it is the cost a user pays on every retrace. Best of ``--repeats`` interleaved
+rounds.
+
+(b) **Dispatch.** Per-call time of ``jax.jit(model.apply)`` in evaluation mode on a tiny
+input, where the call overhead (flattening the variables, the compiled-call dispatch)
+dominates the computation.
+"""
+
+import argparse
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._timing import machine, per_call_us
+
+STAGES = (2, 2, 2, 2)
+
+
+def make_resnet18(nn: ModuleType) -> Any:
+    """ResNet-18 classes over the Linen namespace ``nn``; returns the top-level class."""
+
+    class BasicBlock(nn.Module):
+        features: int
+        strides: int = 1
+
+        @nn.compact
+        def __call__(self, x: jax.Array, train: bool) -> jax.Array:
+            norm = lambda: nn.BatchNorm(use_running_average=not train, momentum=0.9)
+            y = nn.Conv(self.features, (3, 3), strides=self.strides, use_bias=False)(x)
+            y = nn.relu(norm()(y))
+            y = norm()(nn.Conv(self.features, (3, 3), use_bias=False)(y))
+            if self.strides != 1 or x.shape[-1] != self.features:
+                x = nn.Conv(self.features, (1, 1), strides=self.strides, use_bias=False)(x)
+                x = norm()(x)
+            return nn.relu(x + y)
+
+    class ResNet18(nn.Module):
+        num_classes: int = 1000
+
+        @nn.compact
+        def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+            x = nn.Conv(64, (7, 7), strides=2, use_bias=False)(x)
+            x = nn.relu(nn.BatchNorm(use_running_average=not train)(x))
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            for i, n_blocks in enumerate(STAGES):
+                for j in range(n_blocks):
+                    x = BasicBlock(64 * 2**i, 2 if i > 0 and j == 0 else 1)(x, train)
+            return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
+
+    return ResNet18
+
+
+def _contestants() -> dict[str, Any]:
+    import flax.linen as flax_nn
+
+    import adapters.linen as adapters_nn
+
+    return {"adapters.linen": make_resnet18(adapters_nn), "flax.linen": make_resnet18(flax_nn)}
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def trace_table(repeats: int) -> str:
+    x = jax.ShapeDtypeStruct((8, 224, 224, 3), jnp.float32)
+    key = jax.random.key(0)
+    models = {name: cls() for name, cls in _contestants().items()}
+    variables = {
+        name: jax.eval_shape(lambda m=m: m.init(key, x)) for name, m in models.items()
+    }
+    best = {name: [float("inf"), float("inf")] for name in models}
+    for _ in range(repeats):
+        for name, m in models.items():
+            v = variables[name]
+            init = lambda m=m: jax.eval_shape(lambda: m.init(key, x))
+            train = lambda m=m, v=v: jax.eval_shape(
+                lambda v: m.apply(v, x, train=True, mutable=["batch_stats"]), v
+            )
+            best[name][0] = min(best[name][0], _seconds(init))
+            best[name][1] = min(best[name][1], _seconds(train))
+    ours, theirs = best["adapters.linen"], best["flax.linen"]
+    rows = [
+        "| ResNet-18 (Linen source) | `init` under eval_shape (ms) | training `apply` under "
+        "eval_shape (ms) |",
+        "|---|---:|---:|",
+        f"| adapters.linen | {ours[0] * 1e3:.1f} | {ours[1] * 1e3:.1f} |",
+        f"| flax.linen | {theirs[0] * 1e3:.1f} | {theirs[1] * 1e3:.1f} |",
+        f"| **ratio adapters / flax** | **{ours[0] / theirs[0]:.2f}x** | "
+        f"**{ours[1] / theirs[1]:.2f}x** |",
+        "",
+        f"Input (8, 224, 224, 3); best of {repeats} interleaved rounds.",
+    ]
+    return "\n".join(rows)
+
+
+def dispatch_table(calls: int, rounds: int) -> str:
+    x = jnp.ones((1, 32, 32, 3))
+    fns: dict[str, Callable[[], object]] = {}
+    for name, cls in _contestants().items():
+        model = cls(num_classes=10)
+        variables = model.init(jax.random.key(0), x)
+        apply = jax.jit(model.apply)
+        fns[name] = lambda apply=apply, variables=variables: apply(variables, x)
+    us = per_call_us(fns, calls=calls, rounds=rounds)
+    ours, theirs = us["adapters.linen"], us["flax.linen"]
+    rows = [
+        "| ResNet-18, input (1, 32, 32, 3) | `jax.jit(model.apply)` per call (us) |",
+        "|---|---:|",
+        f"| adapters.linen | {ours:.0f} |",
+        f"| flax.linen | {theirs:.0f} |",
+        f"| **ratio adapters / flax** | **{ours / theirs:.2f}x** |",
+        "",
+        f"{calls} calls per round, best of {rounds} interleaved rounds.",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(f"Machine: {machine()}")
+    print()
+    print("### Trace time of Linen code: ResNet-18 (adapters.linen vs flax.linen)")
+    print()
+    print(trace_table(args.repeats))
+    print()
+    print("### Dispatch of a jitted Linen apply")
+    print()
+    print(dispatch_table(args.calls, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
