@@ -36,18 +36,23 @@ def _weights(
     dropout_key: jax.Array | None,
     broadcast_dropout: bool,
     deterministic: bool,
-    precision: Any,
+    hooks: "_Hooks",
 ) -> jax.Array:
     dtype = query.dtype
     depth = query.shape[-1]
     query = query / jnp.sqrt(jnp.asarray(depth, dtype))
-    weights = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    weights = hooks.qk("...qhd,...khd->...hqk", query, key)
     if bias is not None:
         weights = weights + jnp.asarray(_to_rank(bias, weights.ndim), dtype)
     if mask is not None:
         mask = _to_rank(jnp.asarray(mask, bool), weights.ndim)
         weights = jnp.where(mask, weights, jnp.finfo(dtype).min)
-    weights = jax.nn.softmax(weights).astype(dtype)
+    if hooks.fp32_softmax and dtype != jnp.float32:
+        weights = jax.nn.softmax(jnp.asarray(weights, jnp.float32))
+    else:
+        weights = jax.nn.softmax(weights).astype(dtype)
+    if hooks.on_weights is not None:
+        hooks.on_weights(weights)
     if not deterministic and dropout_rate > 0.0:
         check_rate(dropout_rate, "attention dropout")
         if dropout_key is None:
@@ -65,6 +70,34 @@ def _weights(
     return weights
 
 
+class _Hooks:
+    """The optional replacements of the two einsums, and the softmax options."""
+
+    def __init__(
+        self,
+        precision: Any,
+        einsum_dot_general: Callable[..., Any] | None,
+        qk_einsum: Callable[..., Any] | None,
+        av_einsum: Callable[..., Any] | None,
+        force_fp32_for_softmax: bool,
+        on_weights: Callable[[jax.Array], Any] | None,
+    ) -> None:
+        if (precision or einsum_dot_general) and (qk_einsum or av_einsum):
+            raise LayerConfigError(
+                "precision/einsum_dot_general and qk_einsum/av_einsum are mutually "
+                "exclusive; give only one of them."
+            )
+        dot = einsum_dot_general or lax.dot_general
+
+        def default(eq: str, a: Any, b: Any) -> Any:
+            return jnp.einsum(eq, a, b, precision=precision, _dot_general=dot)
+
+        self.qk = qk_einsum or default
+        self.av = av_einsum or default
+        self.fp32_softmax = force_fp32_for_softmax
+        self.on_weights = on_weights
+
+
 @checked
 def dot_product_attention_weights(
     query: Float[AnyArray, "*batch q_len heads head_dim"],
@@ -78,15 +111,27 @@ def dot_product_attention_weights(
     deterministic: bool = True,
     dtype: Any = None,
     precision: Any = None,
+    force_fp32_for_softmax: bool = False,
+    einsum_dot_general: Callable[..., Any] | None = None,
+    qk_einsum: Callable[..., Any] | None = None,
+    on_weights: Callable[[jax.Array], Any] | None = None,
 ) -> Float[jax.Array, "*batch heads q_len kv_len"]:
     """Attention weights ``softmax(q k^T / sqrt(head_dim) + bias)``, masked where ``mask``
     is false, with optional dropout on the weights (Flax's function of the same name).
+
+    ``einsum_dot_general`` replaces ``lax.dot_general`` in the einsum, ``qk_einsum`` the
+    whole einsum (exclusive with ``precision``/``einsum_dot_general``);
+    ``force_fp32_for_softmax`` takes the softmax in float32 (and keeps that dtype);
+    ``on_weights`` is called with the weights before dropout (e.g. to record them).
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
     >>> F.dot_product_attention_weights(jnp.ones((2, 5, 4, 8)), jnp.ones((2, 7, 4, 8))).shape
     (2, 4, 5, 7)
     """
+    hooks = _Hooks(
+        precision, einsum_dot_general, qk_einsum, None, force_fp32_for_softmax, on_weights
+    )
     query, key = promote_dtype(query, key, dtype=dtype)
     return _weights(
         query,
@@ -97,7 +142,7 @@ def dot_product_attention_weights(
         dropout_key,
         broadcast_dropout,
         deterministic,
-        precision,
+        hooks,
     )
 
 
@@ -116,6 +161,11 @@ def dot_product_attention(
     dtype: Any = None,
     precision: Any = None,
     implementation: str | None = None,
+    force_fp32_for_softmax: bool = False,
+    einsum_dot_general: Callable[..., Any] | None = None,
+    qk_einsum: Callable[..., Any] | None = None,
+    av_einsum: Callable[..., Any] | None = None,
+    on_weights: Callable[[jax.Array], Any] | None = None,
 ) -> Float[jax.Array, "*batch q_len heads v_head_dim"]:
     """Multi-head scaled dot-product attention (Flax ``dot_product_attention``).
 
@@ -130,6 +180,9 @@ def dot_product_attention(
       on the attention weights (off unless ``deterministic=False`` and a rate > 0).
     - ``implementation``: ``None`` (the formulation above) or ``"xla"``/``"cudnn"`` to call
       ``jax.nn.dot_product_attention`` (no dropout; one batch axis or none).
+    - ``einsum_dot_general``, ``qk_einsum``/``av_einsum`` (given together),
+      ``force_fp32_for_softmax``, ``on_weights``: as in ``dot_product_attention_weights``;
+      ``av_einsum`` replaces the weights-values einsum.
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -145,6 +198,11 @@ def dot_product_attention(
                 "implementation=None for dropout_rate > 0 in training."
             )
         return _jax_attention(query, key, value, bias, mask, implementation)
+    if (qk_einsum is None) != (av_einsum is None):
+        raise LayerConfigError("qk_einsum and av_einsum must be given together.")
+    hooks = _Hooks(
+        precision, einsum_dot_general, qk_einsum, av_einsum, force_fp32_for_softmax, on_weights
+    )
     weights = _weights(
         query,
         key,
@@ -154,9 +212,9 @@ def dot_product_attention(
         dropout_key,
         broadcast_dropout,
         deterministic,
-        precision,
+        hooks,
     )
-    return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+    return hooks.av("...hqk,...khd->...qhd", weights, value)
 
 
 def _jax_attention(

@@ -1,12 +1,13 @@
 """Convolutions, channels-last, with Flax's kernel layout ``(*kernel_size, in, out)``."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
-from jaxtyping import Float
+from jaxtyping import Inexact
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, axes_text, checked, fail, summary
@@ -91,9 +92,9 @@ def _check_spatial_rank(op: str, x: Any, kernel: Any) -> int:
 
 @checked
 def conv(
-    x: Float[AnyArray, "*batch_and_spatial in_features"],
-    kernel: Float[AnyArray, "*kernel_size in_per_group out_features"],
-    bias: Float[AnyArray, " out_features"] | None = None,
+    x: Inexact[AnyArray, "*batch_and_spatial in_features"],
+    kernel: Inexact[AnyArray, "*kernel_size in_per_group out_features"],
+    bias: Inexact[AnyArray, " out_features"] | None = None,
     *,
     strides: int | Sequence[int] = 1,
     padding: PaddingLike = "SAME",
@@ -102,7 +103,8 @@ def conv(
     feature_group_count: int = 1,
     dtype: Any = None,
     precision: Any = None,
-) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
+    conv_general_dilated: Callable[..., Any] | None = None,
+) -> Inexact[jax.Array, "*batch_and_spatial_out out_features"]:
     """N-D convolution (Flax ``Conv``'s math); N is ``kernel.ndim - 2``.
 
     **Arguments:**
@@ -115,6 +117,7 @@ def conv(
     - ``padding``: see ``PaddingLike``; ``"CIRCULAR"`` wraps around (periodic),
       ``"REFLECT"`` mirrors, ``"CAUSAL"`` left-pads a 1-D convolution.
     - ``feature_group_count``: split channels into groups (depthwise: ``in_features``).
+    - ``conv_general_dilated``: a replacement for ``lax.conv_general_dilated``.
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -136,7 +139,43 @@ def conv(
             f"conv: out_features={kernel.shape[-1]} is not divisible by "
             f"feature_group_count={feature_group_count}."
         )
-    kernel_size = kernel.shape[:num_spatial]
+    kernel_size = tuple(kernel.shape[:num_spatial])
+    x, batch_shape, pad, strides_, in_dil, k_dil = _prepare_conv(
+        x, kernel_size, strides, padding, input_dilation, kernel_dilation
+    )
+    x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
+    conv_fn = conv_general_dilated or lax.conv_general_dilated
+    y = conv_fn(
+        jnp.asarray(x),
+        jnp.asarray(kernel),
+        strides_,
+        pad,
+        lhs_dilation=in_dil,
+        rhs_dilation=k_dil,
+        dimension_numbers=_dimension_numbers(x.ndim),
+        feature_group_count=feature_group_count,
+        precision=precision,
+    )
+    if bias is not None:
+        y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+    return _restore_batch(y, batch_shape)
+
+
+Ints = tuple[int, ...]
+
+
+def _prepare_conv(
+    x: Any,
+    kernel_size: tuple[int, ...],
+    strides: int | Sequence[int] | None,
+    padding: PaddingLike,
+    input_dilation: int | Sequence[int] | None,
+    kernel_dilation: int | Sequence[int] | None,
+) -> tuple[
+    jax.Array, tuple[int, ...] | None, Any, tuple[int, ...], tuple[int, ...], tuple[int, ...]
+]:
+    """One batch axis, the padding modes lax lacks applied to ``x``, tuples per axis."""
+    num_spatial = len(kernel_size)
     strides_ = as_tuple(strides, num_spatial, "strides")
     in_dil = as_tuple(input_dilation, num_spatial, "input_dilation")
     k_dil = as_tuple(kernel_dilation, num_spatial, "kernel_dilation")
@@ -155,28 +194,97 @@ def conv(
             )
         x = jnp.pad(x, [(0, 0), (k_dil[0] * (kernel_size[0] - 1), 0), (0, 0)])
         pad = "VALID"
+    return x, batch_shape, pad, strides_, in_dil, k_dil
+
+
+def conv_local_shapes(
+    x_shape: Sequence[int],
+    kernel_size: Sequence[int],
+    features: int,
+    *,
+    strides: int | Sequence[int] | None = 1,
+    padding: PaddingLike = "SAME",
+    input_dilation: int | Sequence[int] | None = 1,
+    kernel_dilation: int | Sequence[int] | None = 1,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The kernel and bias shapes of an unshared (local) convolution of an ``x_shape``
+    input: ``(*out_spatial, prod(kernel_size) * in_features, features)`` and
+    ``(*out_spatial, features)`` (Flax ``ConvLocal``'s layout).
+
+    >>> conv_local_shapes((1, 8, 3), (3,), 4, padding="VALID")
+    ((6, 9, 4), (6, 4))
+    """
+    ks = tuple(kernel_size)
+    x = jax.ShapeDtypeStruct(tuple(x_shape), jnp.float32)
+
+    def out_shape(x: Any) -> Any:
+        x, _, pad, strides_, in_dil, k_dil = _prepare_conv(
+            x, ks, strides, padding, input_dilation, kernel_dilation
+        )
+        k = jnp.zeros((*ks, x.shape[-1], features), x.dtype)
+        return lax.conv_general_dilated(
+            x,
+            k,
+            strides_,
+            pad,
+            lhs_dilation=in_dil,
+            rhs_dilation=k_dil,
+            dimension_numbers=_dimension_numbers(x.ndim),
+        )
+
+    spatial = tuple(jax.eval_shape(out_shape, x).shape[1:-1])
+    in_features = int(x_shape[-1])
+    return (*spatial, int(np.prod(ks)) * in_features, features), (*spatial, features)
+
+
+def conv_local(
+    x: AnyArray,
+    kernel: AnyArray,
+    bias: AnyArray | None = None,
+    *,
+    kernel_size: Sequence[int],
+    strides: int | Sequence[int] | None = 1,
+    padding: PaddingLike = "SAME",
+    input_dilation: int | Sequence[int] | None = 1,
+    kernel_dilation: int | Sequence[int] | None = 1,
+    dtype: Any = None,
+    precision: Any = None,
+) -> jax.Array:
+    """Unshared convolution (Flax ``ConvLocal``'s math, ``lax.conv_general_dilated_local``):
+    a separate filter at every output position; shapes from ``conv_local_shapes``.
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.conv_local(jnp.ones((1, 8, 3)), jnp.ones((6, 9, 4)), kernel_size=(3,),
+    ...              padding="VALID").shape
+    (1, 6, 4)
+    """
+    ks = tuple(kernel_size)
+    x, batch_shape, pad, strides_, in_dil, k_dil = _prepare_conv(
+        x, ks, strides, padding, input_dilation, kernel_dilation
+    )
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
-    y = lax.conv_general_dilated(
-        jnp.asarray(x),
-        jnp.asarray(kernel),
-        strides_,
-        pad,
+    y = lax.conv_general_dilated_local(
+        lhs=x,
+        rhs=kernel,
+        window_strides=strides_,
+        padding=pad,
+        filter_shape=ks,
         lhs_dilation=in_dil,
         rhs_dilation=k_dil,
         dimension_numbers=_dimension_numbers(x.ndim),
-        feature_group_count=feature_group_count,
         precision=precision,
     )
     if bias is not None:
-        y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        y = y + jnp.reshape(bias, (1,) * (y.ndim - bias.ndim) + tuple(bias.shape))
     return _restore_batch(y, batch_shape)
 
 
 @checked
 def conv_transpose(
-    x: Float[AnyArray, "*batch_and_spatial in_features"],
-    kernel: Float[AnyArray, "*kernel_size kernel_in kernel_out"],
-    bias: Float[AnyArray, " out_features"] | None = None,
+    x: Inexact[AnyArray, "*batch_and_spatial in_features"],
+    kernel: Inexact[AnyArray, "*kernel_size kernel_in kernel_out"],
+    bias: Inexact[AnyArray, " out_features"] | None = None,
     *,
     strides: int | Sequence[int] = 1,
     padding: PaddingLike = "SAME",
@@ -184,7 +292,8 @@ def conv_transpose(
     transpose_kernel: bool = False,
     dtype: Any = None,
     precision: Any = None,
-) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
+    preferred_element_type: Any = None,
+) -> Inexact[jax.Array, "*batch_and_spatial_out out_features"]:
     """Transposed convolution (Flax ``ConvTranspose``'s math, ``lax.conv_transpose``).
 
     ``kernel`` is ``(*kernel_size, in_features, out_features)``, or with
@@ -224,6 +333,7 @@ def conv_transpose(
         rhs_dilation=k_dil,
         transpose_kernel=transpose_kernel,
         precision=precision,
+        preferred_element_type=preferred_element_type,
     )
     if circular:
         y = _wrap_periodic(y, x.shape[1:-1], strides_, transpose_kernel)

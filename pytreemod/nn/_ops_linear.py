@@ -1,5 +1,6 @@
 """Affine maps: ``linear``, the attention head projections, embedding lookup and ``attend``."""
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Float, Integer
 
-from .._shapecheck import AnyArray, checked
+from .._shapecheck import AnyArray, checked, fail, summary
 from ._ops_common import promote_dtype
 
 
@@ -18,6 +19,10 @@ def _add_bias(y: jax.Array, bias: AnyArray | None) -> jax.Array:
     return y + jnp.reshape(bias, (1,) * (y.ndim - bias.ndim) + bias.shape)
 
 
+DotGeneral = Callable[..., Any]
+"""A function with ``lax.dot_general``'s signature (e.g. an fp8 or quantised one)."""
+
+
 @checked
 def linear(
     x: Float[AnyArray, "*batch in_features"],
@@ -26,13 +31,15 @@ def linear(
     *,
     dtype: Any = None,
     precision: Any = None,
+    dot_general: DotGeneral | None = None,
 ) -> Float[jax.Array, "*batch out_features"]:
     """``x @ kernel + bias`` over the last axis of ``x`` (Flax ``Dense``'s math).
 
     **Arguments:** ``x`` of shape ``(*batch, in_features)``; ``kernel`` of shape
     ``(in_features, out_features)``; optional ``bias`` of shape ``(out_features,)``;
     ``dtype``: computation dtype (default: the common dtype of the arguments);
-    ``precision``: passed to ``lax.dot_general``.
+    ``precision``: passed to ``lax.dot_general``; ``dot_general``: a replacement for
+    ``lax.dot_general`` (same signature).
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -40,8 +47,59 @@ def linear(
     (8, 4)
     """
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
-    y = lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
+    dot = dot_general or lax.dot_general
+    y = dot(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
     return _add_bias(y, bias)
+
+
+def _axes(ndim: int, axes: int | Sequence[int]) -> tuple[int, ...]:
+    return tuple(sorted(a % ndim for a in ((axes,) if isinstance(axes, int) else axes)))
+
+
+def dense_general(
+    x: AnyArray,
+    kernel: AnyArray,
+    bias: AnyArray | None = None,
+    *,
+    axis: int | Sequence[int] = -1,
+    batch_dims: int | Sequence[int] = (),
+    dtype: Any = None,
+    precision: Any = None,
+    dot_general: DotGeneral | None = None,
+) -> jax.Array:
+    """Contract ``axis`` of ``x`` with a kernel (Flax ``DenseGeneral``'s math).
+
+    ``kernel`` is ``(*batch_shape, *contracted_shape, *features)`` where ``batch_shape``
+    is ``x``'s shape at ``batch_dims`` (leading axes, one kernel per index) and
+    ``contracted_shape`` at ``axis``; ``bias`` is ``(*batch_shape, *features)``. The output
+    keeps ``x``'s other axes in order, then ``features``. Any inexact dtype (complex too).
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.dense_general(jnp.ones((2, 3, 4)), jnp.ones((3, 4, 5)), axis=(1, 2)).shape
+    (2, 5)
+    """
+    ndim = x.ndim
+    axes, batch = _axes(ndim, axis), _axes(ndim, batch_dims)
+    n_batch, n_axis = len(batch), len(axes)
+    expected = tuple(x.shape[a] for a in batch) + tuple(x.shape[a] for a in axes)
+    if tuple(kernel.shape[: n_batch + n_axis]) != expected:
+        fail(
+            "dense_general",
+            f"kernel {summary(kernel)} does not start with x's batch and contracted sizes "
+            f"{expected} (x {summary(x)}, axis={axes}, batch_dims={batch})",
+        )
+    features = tuple(kernel.shape[n_batch + n_axis :])
+    x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
+    dot = dot_general or lax.dot_general
+    contract = tuple(range(n_batch, n_batch + n_axis))
+    dims = ((axes, contract), (batch, tuple(range(n_batch))))
+    y = dot(x, kernel, dims, precision=precision)
+    if bias is None:
+        return y
+    kept = [a for a in range(ndim) if a not in axes]
+    lead = tuple(x.shape[a] if a in batch else 1 for a in kept)
+    return y + jnp.reshape(bias, lead + features)
 
 
 @checked
@@ -129,3 +187,54 @@ def attend(
     query, embedding = promote_dtype(query, embedding, dtype=dtype)
     dims = (((query.ndim - 1,), (1,)), ((), ()))
     return lax.dot_general(query, embedding, dims, precision=precision)
+
+
+def einsum_bias_shape(
+    equation: str, x_shape: Sequence[int], kernel_shape: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The bias of an ``einsum_dense``: its shape (the output's axes that come from the
+    kernel, in output order) and that shape broadcast against the output.
+
+    >>> einsum_bias_shape("abc,cde->abde", (3, 4, 5), (5, 6, 7))
+    ((6, 7), (1, 1, 6, 7))
+    """
+    from opt_einsum import parser as einsum_parser
+
+    x = jax.ShapeDtypeStruct(tuple(x_shape), jnp.float32)
+    k = jax.ShapeDtypeStruct(tuple(kernel_shape), jnp.float32)
+    inputs, result, _ = einsum_parser.parse_einsum_input((equation.replace(" ", ""), x, k))
+    kernel_axes = {c: i for i, c in enumerate(inputs.split(",")[1])}
+    bias = tuple(kernel_shape[kernel_axes[c]] for c in result if c in kernel_axes)
+    broadcast = tuple(kernel_shape[kernel_axes[c]] if c in kernel_axes else 1 for c in result)
+    return bias, broadcast
+
+
+def einsum_dense(
+    x: AnyArray,
+    kernel: AnyArray,
+    bias: AnyArray | None = None,
+    *,
+    equation: str,
+    dtype: Any = None,
+    precision: Any = None,
+    preferred_element_type: Any = None,
+) -> jax.Array:
+    """``einsum(equation, x, kernel) + bias`` (Flax ``Einsum``'s math); ``bias`` has the
+    shape ``einsum_bias_shape`` gives.
+
+    >>> import jax.numpy as jnp
+    >>> from pytreemod.nn import functional as F
+    >>> F.einsum_dense(jnp.ones((3, 5)), jnp.ones((5, 2)), jnp.ones(2), equation="ab,bc->ac")
+    Array([[6., 6.],
+           [6., 6.],
+           [6., 6.]], dtype=float32)
+    """
+    equation = equation.replace(" ", "")
+    x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
+    y = jnp.einsum(
+        equation, x, kernel, precision=precision, preferred_element_type=preferred_element_type
+    )
+    if bias is None:
+        return y
+    _, broadcast = einsum_bias_shape(equation, x.shape, kernel.shape)
+    return y + jnp.reshape(bias, broadcast)

@@ -20,9 +20,15 @@ from ._ops_common import promote_dtype as promote_dtype
 from ._ops_conv import PaddingLike as PaddingLike
 from ._ops_conv import canonicalize_padding as canonicalize_padding
 from ._ops_conv import conv as conv
+from ._ops_conv import conv_local as conv_local
+from ._ops_conv import conv_local_shapes as conv_local_shapes
 from ._ops_conv import conv_transpose as conv_transpose
 from ._ops_dropout import dropout as dropout
+from ._ops_linear import DotGeneral as DotGeneral
 from ._ops_linear import attend as attend
+from ._ops_linear import dense_general as dense_general
+from ._ops_linear import einsum_bias_shape as einsum_bias_shape
+from ._ops_linear import einsum_dense as einsum_dense
 from ._ops_linear import embed as embed
 from ._ops_linear import linear as linear
 from ._ops_linear import merge_heads as merge_heads
@@ -41,6 +47,7 @@ from ._ops_pool import min_pool as min_pool
 from ._ops_pool import pool as pool
 
 __all__ = [
+    "DotGeneral",
     "PaddingLike",
     "attend",
     "avg_pool",
@@ -50,10 +57,15 @@ __all__ = [
     "combine_masks",
     "compute_stats",
     "conv",
+    "conv_local",
+    "conv_local_shapes",
     "conv_transpose",
+    "dense_general",
     "dot_product_attention",
     "dot_product_attention_weights",
     "dropout",
+    "einsum_bias_shape",
+    "einsum_dense",
     "ema",
     "embed",
     "group_norm",
