@@ -4,7 +4,12 @@ This file only re-exports; every name is defined in a private module.
 """
 
 from . import nn as nn
+from ._checkpoint import load as load
+from ._checkpoint import save as save
 from ._errors import AxisMetadataError as AxisMetadataError
+from ._errors import CheckpointError as CheckpointError
+from ._errors import CheckpointFormatError as CheckpointFormatError
+from ._errors import CheckpointMismatchError as CheckpointMismatchError
 from ._errors import FrozenModuleError as FrozenModuleError
 from ._errors import InvalidFieldError as InvalidFieldError
 from ._errors import InvalidFilterError as InvalidFilterError

@@ -198,6 +198,46 @@ class ShardingError(PytreemodError, ValueError):
     """
 
 
+class CheckpointError(PytreemodError, ValueError):
+    """A tree cannot be saved, or a checkpoint file cannot be read.
+
+    Cause: ``save`` was given a value that has no data to write (an ``eval_shape``
+    skeleton, a traced value, an array split over processes), a path key that is not a
+    string or integer, or two paths that name the same tensor; or ``load`` was given a
+    path with no file. Subclasses cover malformed files and files that do not fit.
+
+    Fix: save concrete arrays (call ``save`` outside ``jit``; use Orbax for arrays sharded
+    over several processes); use string or integer keys; check the file path.
+    """
+
+
+class CheckpointFormatError(CheckpointError):
+    """A file is not a valid pytreemod checkpoint.
+
+    Cause: the file is truncated or corrupted, its safetensors header or pytreemod header
+    is malformed (unknown dtype, impossible shape, a tensor that disagrees with the
+    header, a missing or undescribed tensor), or it was written by another program.
+    Nothing is loaded and no code from the file is run.
+
+    Fix: the message names the file and the entry; write the checkpoint again with
+    ``pytreemod.save``, or read a foreign safetensors file with ``safetensors`` itself.
+    """
+
+
+class CheckpointMismatchError(CheckpointError, StateMismatchError):
+    """A valid checkpoint does not fit the ``like`` tree it is loaded into.
+
+    Cause: a path the model has is missing from the file (or the file has entries the
+    model has no place for), or a stored value has another shape, dtype, collection or
+    PRNG key type than the model's, or the file ties variables the model keeps separate.
+    The whole file is checked before anything is returned.
+
+    Fix: load into a model built with the same configuration as the saved one (an
+    ``eval_shape`` skeleton is enough), or load a subset with ``filter=`` (e.g.
+    ``filter="params"``); the message names the file, the path and both shapes/dtypes.
+    """
+
+
 class PytreemodWarning(UserWarning):
     """Base class of every pytreemod warning."""
 

@@ -1,0 +1,428 @@
+"""``save`` / ``load``: one safetensors file per model or state, checked before use.
+
+``save`` writes every variable's value as a tensor named by its path
+(``blocks.3.mlp.kernel``) and describes each in the header (``_checkpoint_format``):
+collection, Variable type, axis-metadata boxes, dtype, PRNG key implementation, and
+which places share a Variable. The write is atomic: a temporary file in the same
+directory, flushed, then renamed over the target.
+
+``load`` reads the header, checks the whole file against the ``like`` tree (a real model
+or an ``eval_shape`` skeleton) and only then reads the tensors and builds a new tree.
+A file is untrusted: nothing in it is imported, evaluated or unpickled, and any problem
+is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file.
+"""
+
+import contextlib
+import os
+import tempfile
+from typing import Any, TypeVar, cast
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+import safetensors
+import safetensors.numpy
+
+from . import _checkpoint_format as fmt
+from ._errors import CheckpointError, CheckpointFormatError, CheckpointMismatchError
+from ._filters import Everything, FilterLike, to_filter
+from ._meta import AxisMetadata
+from ._module import fields
+from ._partition import Structure, _build, _split
+from ._tree import format_path, is_array
+from ._variables import Variable
+
+T = TypeVar("T")
+PathLike = str | os.PathLike[str]
+
+
+def _is_key(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _peel(value: Any) -> tuple[list[AxisMetadata], Any]:
+    """The boxes around a slot's value (outermost first) and the leaf inside them."""
+    boxes: list[AxisMetadata] = []
+    if isinstance(value, Variable):
+        value = value.value
+    while isinstance(value, AxisMetadata):
+        boxes.append(value)
+        value = value.value
+    return boxes, value
+
+
+def _type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _box_record(box: AxisMetadata, where: str) -> fmt.BoxRecord:
+    out: dict[str, Any] = {}
+    for f in fields(box):
+        if f.name == "value":
+            continue
+        value = getattr(box, f.name)
+        if is_array(value):
+            raise CheckpointError(
+                f"Cannot save {where}: its {type(box).__name__} box holds an array in field "
+                f"{f.name!r}; only the box's value may be an array."
+            )
+        out[f.name] = fmt.encode_field(value)
+    return fmt.BoxRecord(_type_name(type(box)), out)
+
+
+def _keys(structure: Structure, file: str) -> list[str]:
+    """The tensor name of every slot; paths that cannot be named are a CheckpointError."""
+    keys: list[str] = []
+    seen: dict[str, int] = {}
+    for slot, path in enumerate(structure.paths):
+        bad = [k for k in path if not isinstance(k, (str, int))]
+        if bad:
+            raise CheckpointError(
+                f"{file!r}: {format_path(path)} has the key {bad[0]!r} of type "
+                f"{type(bad[0]).__name__}; checkpoints name tensors by paths of string and "
+                "integer keys only."
+            )
+        key = fmt.tensor_key(path)
+        if key in seen:
+            raise CheckpointError(
+                f"{file!r}: the paths {format_path(structure.paths[seen[key]])} and "
+                f"{format_path(path)} both map to the tensor name {key!r}; rename one of the "
+                "keys."
+            )
+        seen[key] = slot
+        keys.append(key)
+    return keys
+
+
+def _plain(structure: Structure, slot: int) -> tuple[str | int, ...]:
+    return cast(tuple[str | int, ...], structure.paths[slot])  # checked by _keys
+
+
+def _to_numpy(leaf: Any, where: str) -> np.ndarray:
+    if isinstance(leaf, jax.core.Tracer) or not is_array(leaf):
+        raise CheckpointError(
+            f"Cannot save {where}: it is {type(leaf).__name__}, not a concrete array (an "
+            "eval_shape skeleton or a value traced inside jit has no data). Save the real "
+            "model, outside transformed functions."
+        )
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        raise CheckpointError(
+            f"Cannot save {where}: the array is split over several processes. Write it "
+            "with Orbax (see docs/checkpoints.md), which saves each process's shards."
+        )
+    data = np.asarray(leaf)
+    return data if data.flags.c_contiguous else data.copy(order="C")
+
+
+def save(path: PathLike, tree: Any) -> None:
+    """Write ``tree`` (a model or any PyTree of arrays) to one safetensors file.
+
+    Tensors are named by path (``blocks.3.mlp.kernel``); the header records each value's
+    collection, Variable type, axis-metadata boxes, dtype (bfloat16, float8 and int4
+    included) and PRNG key implementation, and which places share one Variable. Static
+    parts (functions, configuration) are not stored: ``load`` takes them from ``like``.
+    The file is replaced atomically, so a crash mid-write leaves the old file intact.
+
+    >>> import tempfile, os, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> model = {"w": pm.Param(jnp.ones(3)), "mean": pm.BatchStat(jnp.zeros(3))}
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.safetensors")
+    >>> pm.save(path, model)
+    >>> pm.load(path, model)["w"]
+    Param(f32[3])
+    """
+    path = os.fspath(path)
+    structure, values = _split(tree)
+    where = lambda slot: f"{format_path(structure.paths[slot])} in {path!r}"
+    keys = _keys(structure, path)
+    tensors: dict[str, np.ndarray] = {}
+    entries: dict[str, fmt.Entry] = {}
+    aliases: dict[str, fmt.Alias] = {}
+    for slot, value in enumerate(values):
+        first = structure.alias[slot]
+        if first is not None:
+            aliases[keys[slot]] = fmt.Alias(keys[slot], _plain(structure, slot), keys[first])
+            continue
+        boxes, leaf = _peel(value)
+        key_impl = None
+        dtype = getattr(leaf, "dtype", None)
+        if is_array(leaf) and dtype is not None and _is_key(dtype):
+            key_impl = str(jax.random.key_impl(leaf))
+            data = _to_numpy(jax.random.key_data(leaf), where(slot))
+            encoding = "key"
+        else:
+            data = _to_numpy(leaf, where(slot))
+            if data.dtype.name not in fmt.DTYPES:
+                raise CheckpointError(
+                    f"Cannot save {where(slot)}: dtype {data.dtype} is not an array dtype "
+                    "JAX supports."
+                )
+            encoding = "native" if data.dtype.name in fmt.NATIVE else "bytes"
+        vtype = structure.types[slot]
+        entries[keys[slot]] = fmt.Entry(
+            key=keys[slot],
+            path=_plain(structure, slot),
+            collection=structure.collection(slot),
+            variable=vtype.__name__ if vtype is not None else None,
+            dtype=str(dtype) if key_impl else data.dtype.name,
+            shape=tuple(leaf.shape),
+            encoding=encoding,
+            key_impl=key_impl,
+            boxes=tuple(_box_record(b, where(slot)) for b in boxes),
+        )
+        tensors[keys[slot]] = data if encoding != "bytes" else data.reshape(-1).view(np.uint8)
+    header = fmt.Header(entries, aliases)
+    _atomic_write(path, tensors, header.to_metadata())
+
+
+def _atomic_write(path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        safetensors.numpy.save_file(tensors, tmp, metadata=metadata)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable where the OS allows it
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+# ---------------------------------------------------------------------------- load
+
+
+def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
+    """Read a checkpoint written by ``save`` into a tree shaped like ``like``.
+
+    **Arguments:**
+
+    - ``path``: the file.
+    - ``like``: a model (or PyTree) of the saved structure: a real one, or an
+      ``eval_shape`` skeleton of ``ShapeDtypeStruct`` leaves. Its static parts, Variable
+      types and ties are the result's; its values are only used for checking, and for the
+      variables ``filter`` leaves out, which are kept as they are.
+    - ``filter``: which variables to load (pytreemod's filter language, e.g. ``"params"``).
+      With the default (everything), every entry of the file must have a place in
+      ``like``; with a filter, entries it does not select are ignored.
+
+    **Returns:** a new tree; values are ``jax.Array`` (placed with ``like``'s sharding when
+    it has one), NumPy arrays where ``like`` holds NumPy arrays. Boxes come back with the
+    saved metadata (fields that cannot be stored, such as a mesh, are taken from
+    ``like``'s box).
+
+    Every path, collection, shape, dtype and tie is checked before any tensor is read: a
+    difference raises ``CheckpointMismatchError`` naming the file, the path and both
+    shapes/dtypes; a malformed file raises ``CheckpointFormatError``.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path!r}: no such checkpoint file.")
+    structure, values = _split(like)
+    pred = to_filter(filter)
+    where = lambda slot: f"{format_path(structure.paths[slot])}"
+    keys = _keys(structure, path)
+    try:
+        with safetensors.safe_open(path, framework="np") as f:
+            names = list(f.keys())
+            shapes = {n: _slice_info(f, n) for n in names}
+            header = fmt.parse_header(f.metadata(), shapes, path)
+            selected = _check(path, structure, values, keys, header, pred)
+            loaded = {slot: _read(f, path, header.entries[keys[slot]]) for slot in selected}
+    except (CheckpointError, jax.errors.JaxRuntimeError):
+        raise
+    except Exception as e:
+        raise CheckpointFormatError(
+            f"{path!r}: cannot be read as a safetensors checkpoint: {e}. The file is "
+            "truncated, corrupted or not a checkpoint; nothing was loaded."
+        ) from None
+    out: list[Any] = []
+    for slot, value in enumerate(values):
+        if structure.alias[slot] is not None:
+            out.append(None)
+        elif slot in loaded:
+            entry = header.entries[keys[slot]]
+            boxes, leaf = _peel(value)
+            array = _place(loaded[slot], leaf)
+            out.append(_rebox(path, where(slot), entry.boxes, boxes, array))
+        else:
+            out.append(value.value if isinstance(value, Variable) else value)
+    return _build(structure, out)
+
+
+def _slice_info(f: Any, name: str) -> tuple[str, tuple[int, ...]]:
+    s = f.get_slice(name)
+    return str(s.get_dtype()), tuple(s.get_shape())
+
+
+def _dtype_name(leaf: Any) -> str | None:
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None or not hasattr(leaf, "shape"):
+        return None
+    return str(dtype) if _is_key(dtype) else np.dtype(dtype).name
+
+
+def _describe(dtype: Any, shape: tuple[int, ...]) -> str:
+    return f"{dtype}{list(shape)}"
+
+
+def _check(
+    path: str,
+    structure: Structure,
+    values: list[Any],
+    keys: list[str],
+    header: fmt.Header,
+    pred: Any,
+) -> list[int]:
+    """Every difference between the file and ``like``; the slots to read if none."""
+    problems: list[str] = []
+    selected: list[int] = []
+    used: set[str] = set()
+    everything = isinstance(pred, Everything)
+    for slot, value in enumerate(values):
+        key = keys[slot]
+        first = structure.alias[slot]
+        at = format_path(structure.paths[slot])
+        if first is not None:
+            if not (everything or pred(structure.paths[first], values[first])):
+                continue
+            used.add(key)
+            alias = header.aliases.get(key)
+            if alias is None or alias.of != keys[first]:
+                problems.append(
+                    f"{at} shares the Variable of {format_path(structure.paths[first])} in "
+                    "the model, but not in the file"
+                )
+            continue
+        if not (everything or pred(structure.paths[slot], value)):
+            continue
+        used.add(key)
+        entry = header.entries.get(key)
+        if entry is None:
+            state = "shares another entry's Variable" if key in header.aliases else "is missing"
+            problems.append(f"{at} {state} in the file (collection {structure.collection(slot)!r})")
+            continue
+        _, leaf = _peel(value)
+        want = _dtype_name(leaf)
+        want_shape = tuple(getattr(leaf, "shape", ()))
+        if want is None:
+            problems.append(f"{at} is {type(leaf).__name__} in the model, not an array")
+        elif entry.shape != want_shape or entry.dtype != want:
+            problems.append(
+                f"{at}: the file has {_describe(entry.dtype, entry.shape)}, the model has "
+                f"{_describe(want, want_shape)}"
+            )
+        if entry.collection != structure.collection(slot):
+            problems.append(
+                f"{at} is in collection {entry.collection!r} in the file but "
+                f"{structure.collection(slot)!r} in the model"
+            )
+        selected.append(slot)
+    if everything:
+        extra = sorted(set(header.entries) - used) + sorted(set(header.aliases) - used)
+        problems += [f"the file's entry {k!r} has no place in the model" for k in extra]
+    if problems:
+        shown = "; ".join(problems[:6])
+        more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
+        raise CheckpointMismatchError(
+            f"{path!r} does not fit the model: {shown}{more}. Load into a model built with "
+            "the saved configuration, or select a subset with filter=."
+        )
+    return selected
+
+
+def _read(f: Any, path: str, entry: fmt.Entry) -> Any:
+    data = f.get_tensor(entry.key)
+    if entry.encoding == "bytes":
+        return np.frombuffer(data.tobytes(), dtype=fmt.DTYPES[entry.dtype]).reshape(entry.shape)
+    if entry.encoding == "key":
+        try:
+            keys = jax.random.wrap_key_data(jnp.asarray(data), impl=entry.key_impl)
+        except (ValueError, TypeError) as e:
+            raise CheckpointFormatError(
+                f"{path!r}: entry {entry.key!r}: PRNG key implementation "
+                f"{entry.key_impl!r} cannot rebuild the stored key data ({e})."
+            ) from None
+        if str(keys.dtype) != entry.dtype:
+            raise CheckpointFormatError(
+                f"{path!r}: entry {entry.key!r}: key implementation {entry.key_impl!r} gives "
+                f"{keys.dtype}, but the header says {entry.dtype}."
+            )
+        return keys
+    return data
+
+
+def _place(data: Any, leaf: Any) -> Any:
+    """The loaded value in the form of ``like``'s leaf: NumPy for a NumPy leaf, or for a
+    dtype JAX would narrow (64-bit types without ``jax_enable_x64``); otherwise a
+    jax.Array, placed with the leaf's sharding when it has one."""
+    if isinstance(leaf, np.ndarray | np.generic):
+        return np.asarray(data)
+    if not isinstance(data, jax.Array) and jax.dtypes.canonicalize_dtype(data.dtype) != data.dtype:
+        return data
+    sharding = getattr(leaf, "sharding", None)
+    if isinstance(sharding, jax.sharding.Sharding):
+        return jax.device_put(data, sharding)
+    return jnp.asarray(data)
+
+
+def _box_classes() -> dict[str, type[AxisMetadata]]:
+    found: dict[str, type[AxisMetadata]] = {}
+    todo: list[type[AxisMetadata]] = [AxisMetadata]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            found.setdefault(_type_name(sub), sub)
+            todo.append(sub)
+    return found
+
+
+def _rebox(
+    path: str,
+    at: str,
+    records: tuple[fmt.BoxRecord, ...],
+    like_boxes: list[AxisMetadata],
+    value: Any,
+) -> Any:
+    """Wrap ``value`` in the saved boxes (innermost first); a class is looked up among
+    the box classes this program has defined, never imported."""
+    classes: dict[str, type[AxisMetadata]] | None = None
+    for depth in range(len(records) - 1, -1, -1):
+        record = records[depth]
+        template = like_boxes[depth] if depth < len(like_boxes) else None
+        if template is not None and _type_name(type(template)) == record.type:
+            cls: type[AxisMetadata] | None = type(template)
+        else:
+            classes = classes if classes is not None else _box_classes()
+            cls = classes.get(record.type)
+        if cls is None:
+            raise CheckpointMismatchError(
+                f"{path!r}: {at} was saved in a {record.type} box, a class this program "
+                "does not define; import the module that defines it before loading."
+            )
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name == "value" or f.name not in record.fields:
+                continue
+            raw = record.fields[f.name]
+            if fmt.is_unsaved(raw):
+                if template is not None and type(template) is cls:
+                    kwargs[f.name] = getattr(template, f.name)
+                continue
+            kwargs[f.name] = fmt.decode_field(raw)
+        try:
+            value = cls(value=value, **kwargs)
+        except Exception as e:
+            raise CheckpointFormatError(
+                f"{path!r}: {at}: the saved {cls.__name__} metadata {record.fields} does not "
+                f"fit the value ({type(e).__name__}: {e})."
+            ) from None
+    return value
