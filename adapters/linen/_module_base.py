@@ -53,7 +53,6 @@ from ._module_variables import _VariablesMixin
 M = TypeVar("M", bound="Module")
 _CallableT = TypeVar("_CallableT", bound=Callable[..., Any])
 
-_ParentType = Union["Module", Scope, _ParentSentinel, None]
 
 # Methods copy/pickle look up on instances: a module never defines them lazily in setup.
 _UNDEFINED_COPY_PICKLE_METHODS = (
@@ -268,7 +267,7 @@ def _dataclass_transform(cls: type, kw_only: bool) -> None:
             cls, unsafe_hash="__hash__" not in cls.__dict__, repr=False, kw_only=kw_only
         )
     finally:
-        for base_fields, reserved, value in reversed(hidden):
+        for base_fields, reserved, value in hidden:
             base_fields[reserved] = value
     cls.__hash__ = _wrap_hash(cls.__hash__)  # type: ignore[method-assign]
 
@@ -618,6 +617,9 @@ class Module(_VariablesMixin, _ApplyMixin):
 
 
 _MISSING = object()
+
+# The annotation of every subclass's ``parent`` field (needs ``Module`` itself).
+_ParentType = Union[Module, Scope, _ParentSentinel, None]
 
 
 def _compact_name_scope_type() -> type:

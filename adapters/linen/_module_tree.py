@@ -42,44 +42,42 @@ def _rebuild(x: Any, new_children: dict[Any, Any]) -> Any:
     return tuple(values) if isinstance(x, tuple) else values
 
 
+def _collect_pairs(path: tuple[str, ...], x: Any, pairs: list[tuple[tuple[str, ...], Any]]) -> None:
+    kids = _children(x)
+    if kids is None or (not kids and path):
+        pairs.append((path, x))
+        return
+    for text, _, child in kids:
+        _collect_pairs((*path, text), child, pairs)
+
+
 def _get_suffix_value_pairs(tree_or_leaf: Any) -> list[tuple[str, Any]]:
     """``(suffix, leaf)`` pairs of a container tree: ``[('_a', 1), ('_b_c', 2)]``.
 
     A leaf, or an empty container, is its own single pair ``('', x)``.
     """
-    children = _children(tree_or_leaf)
-    if not children:
+    if not _children(tree_or_leaf):
         return [("", tree_or_leaf)]
-    pairs: list[tuple[str, Any]] = []
+    pairs: list[tuple[tuple[str, ...], Any]] = []
+    _collect_pairs((), tree_or_leaf, pairs)
+    return [("_" + "_".join(path), value) for path, value in pairs]
 
-    def visit(prefix: tuple[str, ...], x: Any) -> None:
-        kids = _children(x)
-        if kids is None or (not kids and prefix):
-            pairs.append((prefix, x))  # type: ignore[arg-type]
-            return
-        for text, _, child in kids:
-            visit((*prefix, text), child)
 
-    visit((), tree_or_leaf)
-    # Sort by the key path (as flattening a nested dict and sorting it would).
-    pairs.sort(key=lambda pair: pair[0])
-    return [("_" + "_".join(path), value) for path, value in pairs]  # type: ignore[arg-type]
+def _map_leaves(fn: Callable[[str, Any], Any], path: tuple[str, ...], x: Any) -> Any:
+    # A module-level recursion (no self-referencing closure): nothing here may keep the
+    # traced values of a module alive in a reference cycle.
+    kids = _children(x)
+    if kids is None or (not kids and path):
+        return fn("_" + "_".join(path), x)
+    return _rebuild(x, {key: _map_leaves(fn, (*path, text), child) for text, key, child in kids})
 
 
 def _map_over_modules_in_tree(fn: Callable[[str, Any], Any], tree_or_leaf: Any) -> Any:
     """Rebuild a container tree with ``fn(suffix, leaf)`` in place of every leaf
     (empty containers included), visiting leaves in suffix order."""
-    children = _children(tree_or_leaf)
-    if not children:
+    if not _children(tree_or_leaf):
         return fn("", tree_or_leaf)
-
-    def visit(path: tuple[str, ...], x: Any) -> Any:
-        kids = _children(x)
-        if kids is None or (not kids and path):
-            return fn("_" + "_".join(path), x)
-        return _rebuild(x, {key: visit((*path, text), child) for text, key, child in kids})
-
-    return visit((), tree_or_leaf)
+    return _map_leaves(fn, (), tree_or_leaf)
 
 
 def _freeze_attr(val: Any) -> Any:
