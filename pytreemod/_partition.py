@@ -64,9 +64,12 @@ class Structure:
     - ``paths``: per slot, the path of plain keys where its value lives in a state.
     - ``types``: per slot, the Variable type (``None`` for a bare array or box).
     - ``alias``: per slot, the index of the slot whose Variable it shares, or ``None``.
+    - ``specs``: per slot, the ``SlotSpec`` (shape, dtype, boxes) of the value it was built
+      from, or ``None`` where that is unknown; ``combine`` and ``from_variables`` check
+      values against it. Not part of equality: structures compare by tree shape only.
     """
 
-    __slots__ = ("_hash", "alias", "leaves", "paths", "treedef", "types")
+    __slots__ = ("_hash", "alias", "leaves", "paths", "specs", "treedef", "types")
 
     def __init__(
         self,
@@ -75,13 +78,26 @@ class Structure:
         paths: tuple[Path, ...],
         types: tuple[type[Variable] | None, ...],
         alias: tuple[int | None, ...],
+        specs: "tuple[SlotSpec | None, ...] | None" = None,
     ):
         self.treedef = treedef
         self.leaves = leaves
         self.paths = paths
         self.types = types
         self.alias = alias
+        self.specs = specs
         self._hash: int | None = None
+
+    def with_specs(self, values: Sequence[Any]) -> "Structure":
+        """A copy that records the shape, dtype and boxes of each slot's value."""
+        return Structure(
+            self.treedef,
+            self.leaves,
+            self.paths,
+            self.types,
+            self.alias,
+            tuple(_spec_of(v) for v in values),
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Structure):
@@ -107,6 +123,63 @@ class Structure:
         """The collection of slot ``slot`` (``params`` for bare arrays)."""
         vtype = self.types[slot]
         return vtype.collection if vtype is not None else "params"
+
+
+class SlotSpec:
+    """What a slot held when its Structure was taken: the shape and dtype of its array,
+    and the axis-metadata boxes around it (outermost first, values removed)."""
+
+    __slots__ = ("boxes", "dtype", "shape")
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, boxes: tuple[AxisMetadata, ...]):
+        self.shape = shape
+        self.dtype = dtype
+        self.boxes = boxes
+
+    def __repr__(self) -> str:
+        return f"SlotSpec({self.dtype}{list(self.shape)}, boxes={len(self.boxes)})"
+
+
+def _spec_of(value: Any) -> SlotSpec | None:
+    boxes: list[AxisMetadata] = []
+    if isinstance(value, Variable):
+        value = value.value
+    while isinstance(value, AxisMetadata):
+        boxes.append(value.replace_boxed(None))  # metadata only: no array kept alive
+        value = value.value
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return None
+    return SlotSpec(tuple(shape), dtype, tuple(boxes))
+
+
+def _rebox(boxes: tuple[AxisMetadata, ...], value: Any) -> Any:
+    for box in reversed(boxes):
+        value = box.replace_boxed(value)
+    return value
+
+
+def _checked(structure: Structure, slot: int, value: Any, where: str) -> Any:
+    """``value`` checked against the slot's spec, and put back in the slot's boxes if it
+    comes without them. Shape and dtype attributes only: works on tracers, costs little."""
+    spec = structure.specs[slot] if structure.specs is not None else None
+    if spec is None:
+        return value
+    leaf = value
+    while isinstance(leaf, AxisMetadata):
+        leaf = leaf.value
+    shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+    if shape is not None and dtype is not None:
+        if tuple(shape) != spec.shape or (dtype != spec.dtype and dtype != jax.dtypes.float0):
+            raise StateMismatchError(
+                f"{where} is {dtype}{list(shape)}, but the model has {spec.dtype}"
+                f"{list(spec.shape)} there. Pass the state of a model with the same "
+                "configuration; if the change is intended (a cast or vmapped state), pass "
+                "check=False."
+            )
+    if spec.boxes and not isinstance(value, AxisMetadata):
+        value = _rebox(spec.boxes, value)
+    return value
 
 
 def _safe_eq(a: Any, b: Any) -> bool:
@@ -195,12 +268,13 @@ def partition(tree: Any, *filters: FilterLike) -> tuple[Any, ...]:
                 group = i
                 break
         _insert(states[group], path, _unwrap(value))
-    return (structure, *states)
+    return (structure.with_specs(values), *states)
 
 
 def structure_of(tree: Any) -> Structure:
     """The ``Structure`` of ``tree`` (``partition(tree)[0]``)."""
-    return _split(tree)[0]
+    structure, values = _split(tree)
+    return structure.with_specs(values)
 
 
 def state(tree: Any, filter: FilterLike = True) -> State:
@@ -245,11 +319,15 @@ def _build(structure: Structure, values: Sequence[Any]) -> Any:
     return jtu.tree_unflatten(structure.treedef, leaves)
 
 
-def combine(structure: Structure, *states: Mapping[Any, Any]) -> Any:
+def combine(structure: Structure, *states: Mapping[Any, Any], check: bool = True) -> Any:
     """Rebuild the tree from ``structure`` and the states ``partition`` returned.
 
     Every variable must be found in exactly one state, and every state entry must have a
-    place in the structure; otherwise ``StateMismatchError`` names the paths.
+    place in the structure; otherwise ``StateMismatchError`` names the paths. Each value
+    must have the shape and dtype the slot had when ``partition`` ran (``check=False``
+    skips this, for states that are cast or mapped on purpose); a plain array given for a
+    slot that held an axis-metadata box is put back in that box (``Partitioned`` names
+    survive ``unbox``, optax or a checkpoint that stored plain arrays).
     """
     if not isinstance(structure, Structure):
         raise StateMismatchError(
@@ -273,7 +351,10 @@ def combine(structure: Structure, *states: Mapping[Any, Any]) -> Any:
                 f"{format_path(path)} has a value in {len(found)} states; each variable "
                 "must be in exactly one. Pass the states of one partition call."
             )
-        values.append(found[0])
+        value = found[0]
+        if check:
+            value = _checked(structure, slot, value, format_path(path))
+        values.append(value)
     _check_no_extra(structure, states)
     return _build(structure, values)
 
@@ -310,14 +391,19 @@ def to_variables(tree: Any) -> dict[str, State]:
     return out
 
 
-def from_variables(template: Any, variables: Mapping[str, Mapping[Any, Any]]) -> Any:
+def from_variables(
+    template: Any, variables: Mapping[str, Mapping[Any, Any]], *, check: bool = True
+) -> Any:
     """Rebuild a tree shaped like ``template`` from a ``{collection: nested dict}``.
 
-    ``template`` is a model of the same structure (its values are ignored) or a
-    ``Structure``. Missing variables, and entries with no place in the model, are a
-    ``StateMismatchError`` naming the collection and path.
+    ``template`` is a model of the same structure (an ``eval_shape`` skeleton will do;
+    its values are not used) or a ``Structure``. Missing variables, and entries with no
+    place in the model, are a ``StateMismatchError`` naming the collection and path; so
+    is a value whose shape or dtype differs from the template's (``check=False`` skips
+    that). Plain arrays for slots the template boxes (``Partitioned``...) get the
+    template's box back.
     """
-    structure = template if isinstance(template, Structure) else _split(template)[0]
+    structure = template if isinstance(template, Structure) else structure_of(template)
     values: list[Any] = []
     for slot, path in enumerate(structure.paths):
         if structure.alias[slot] is not None:
@@ -331,6 +417,8 @@ def from_variables(template: Any, variables: Mapping[str, Mapping[Any, Any]]) ->
                 f"variables[{coll!r}] has no value for {format_path(path)} (collections "
                 f"given: {have}). Pass the variables of a model with the same structure."
             )
+        if check:
+            value = _checked(structure, slot, value, f"variables[{coll!r}]{format_path(path)}")
         values.append(value)
     for coll, tree_ in variables.items():
         used = {
