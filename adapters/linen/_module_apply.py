@@ -9,7 +9,7 @@ no scope leaks into the caller's module) and run a method of the clone.
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -215,7 +215,7 @@ class _ApplyMixin:
     if TYPE_CHECKING:
         scope: core.Scope | None
 
-        def clone(self: M, **kwargs: Any) -> M: ...  # type: ignore[misc]
+        def clone(self, **kwargs: Any) -> Self: ...
 
         @property
         def variables(self) -> dict[str, Any]: ...
@@ -307,25 +307,25 @@ class _ApplyMixin:
         return _maybe_freeze(core.lazy_init(scope_fn, mutable=mutable)(rngs, *args, **kwargs))
 
     def bind(
-        self: M,
+        self,
         variables: Mapping[str, Any],
         *args: Any,
         rngs: Mapping[str, Any] | None = None,
         mutable: Any = False,
-    ) -> M:
+    ) -> Self:
         """A copy of this module bound to ``variables`` (and ``rngs``), for interactive use."""
         _module_checks(self)
         del args
         scope = core.bind(variables, rngs=rngs, mutable=mutable)
-        return self.clone(parent=scope, _deep_clone=True)  # type: ignore[call-arg]
+        return self.clone(parent=scope, _deep_clone=True)
 
-    def unbind(self: M) -> tuple[M, Any]:
+    def unbind(self) -> tuple[Self, Any]:
         """An unbound copy of this bound module, and its variables."""
         _module_checks(self)
         if self.scope is None:
             raise errors.CallUnbindOnUnboundModuleError()
         variables = self.variables
-        module = self.clone(_deep_clone=True, _reset_names=True, name=None)  # type: ignore[call-arg]
+        module = self.clone(_deep_clone=True, _reset_names=True, name=None)
         return module, variables
 
     def module_paths(

@@ -23,7 +23,7 @@ import inspect
 import itertools
 import weakref
 from collections.abc import Callable
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Optional, TypeVar
 
 import jax
 
@@ -619,7 +619,7 @@ class Module(_VariablesMixin, _ApplyMixin):
 _MISSING = object()
 
 # The annotation of every subclass's ``parent`` field (needs ``Module`` itself).
-_ParentType = Union[Module, Scope, _ParentSentinel, None]
+_ParentType = Module | Scope | _ParentSentinel | None
 
 
 def _compact_name_scope_type() -> type:

@@ -212,8 +212,13 @@ def _class_trafo_args(methods: Any, trafo_args: Any, trafo_kwargs: Any) -> dict[
     raise ValueError("transform methods argument must be None, tuple, list, or dict.")
 
 
-def _split_partial(module_class: Any) -> tuple[type, functools.partial[Any] | None]:
-    if isinstance(module_class, functools.partial) and issubclass(module_class.func, Module):
+def _split_partial(module_class: Any) -> tuple[Any, functools.partial[Any] | None]:
+    func = getattr(module_class, "func", None)
+    if (
+        isinstance(module_class, functools.partial)
+        and inspect.isclass(func)
+        and issubclass(func, Module)
+    ):
         return module_class.func, module_class
     return module_class, None
 

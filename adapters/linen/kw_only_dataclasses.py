@@ -8,10 +8,9 @@ class's own, e.g. Linen's ``parent`` and ``name``).
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 KW_ONLY = dataclasses.KW_ONLY
-M = TypeVar("M", bound=type)
 
 
 def field(*, metadata: Any = None, kw_only: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
@@ -22,14 +21,14 @@ def field(*, metadata: Any = None, kw_only: Any = dataclasses.MISSING, **kwargs:
 
 
 def dataclass(
-    cls: M | None = None,
+    cls: type | None = None,
     extra_fields: Sequence[tuple[str, Any, Any]] | None = None,
     **kwargs: Any,
 ) -> Any:
     """``dataclasses.dataclass`` that first appends ``extra_fields`` (``(name, type,
     field)`` triples) to the class annotations, after any inherited ones."""
 
-    def wrap(c: M) -> M:
+    def wrap(c: type) -> type:
         if extra_fields:
             annotations = dict(inspect.get_annotations(c))
             for name, annotation, default in extra_fields:
@@ -37,7 +36,7 @@ def dataclass(
                 annotations[name] = annotation
                 setattr(c, name, default)
             c.__annotations__ = annotations
-        return dataclasses.dataclass(c, **kwargs)  # type: ignore[return-value]
+        return dataclasses.dataclass(c, **kwargs)
 
     if cls is None:
         return wrap
