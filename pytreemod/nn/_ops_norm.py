@@ -142,11 +142,16 @@ def normalize(
     if mean is not None:
         y = y - jnp.expand_dims(mean, red)
     mul = lax.rsqrt(jnp.expand_dims(var, red) + epsilon)
+    # Real float32 statistics and parameters keep everything float32; a complex scale or
+    # bias makes the result complex (as Flax's promotion does).
     if scale is not None:
-        mul = mul * jnp.asarray(scale, var.dtype).reshape(feature_shape)
-    y = y * jnp.asarray(mul, y.dtype)
+        dt = _promote(mul.dtype, scale.dtype)
+        mul = jnp.asarray(mul, dt) * jnp.asarray(scale, dt).reshape(feature_shape)
+    dt = _promote(y.dtype, mul.dtype)
+    y = jnp.asarray(y, dt) * jnp.asarray(mul, dt)
     if bias is not None:
-        y = y + jnp.asarray(bias, y.dtype).reshape(feature_shape)
+        dt = _promote(y.dtype, bias.dtype)
+        y = jnp.asarray(y, dt) + jnp.asarray(bias, dt).reshape(feature_shape)
     return jnp.asarray(y, out_dtype)
 
 

@@ -1,0 +1,409 @@
+"""Attention (``flax.linen.attention``): ``dot_product_attention(_weights)``, the mask
+helpers and ``MultiHeadDotProductAttention`` (alias ``MultiHeadAttention``) with its
+autoregressive decoding cache.
+
+The math is ``pytreemod.nn.functional``'s (``dot_product_attention``,
+``update_kv_cache``, the masks); the layer builds Flax's ``query``/``key``/``value``/``out``
+``DenseGeneral`` children.
+"""
+
+import functools
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from pytreemod.nn import functional as F
+
+from . import initializers
+from .dtypes import promote_dtype
+from .linear import DenseGeneral, default_kernel_init
+from .module import Module, compact, merge_param
+from .normalization import LayerNorm
+
+Array = jax.Array
+Dtype = Any
+Initializer = Callable[..., Any]
+
+__all__ = [
+    "MultiHeadAttention",
+    "MultiHeadDotProductAttention",
+    "SelfAttention",
+    "combine_masks",
+    "dot_product_attention",
+    "dot_product_attention_weights",
+    "make_attention_mask",
+    "make_causal_mask",
+]
+
+
+def _check_qk(query: Array, key: Array) -> None:
+    assert query.ndim == key.ndim, "q, k must have same rank."
+    assert query.shape[:-3] == key.shape[:-3], "q, k batch dims must match."
+    assert query.shape[-2] == key.shape[-2], "q, k num_heads must match."
+    assert query.shape[-1] == key.shape[-1], "q, k depths must match."
+
+
+def _sower(module: Any) -> Callable[[Array], Any] | None:
+    if module is None:
+        return None
+    return lambda weights: module.sow("intermediates", "attention_weights", weights)
+
+
+def dot_product_attention_weights(
+    query: Array,
+    key: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    broadcast_dropout: bool = True,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = False,
+    dtype: Dtype | None = None,
+    precision: Any = None,
+    module: Any = None,
+    force_fp32_for_softmax: bool = False,
+    einsum_dot_general: Callable[..., Array] | None = None,
+    einsum: Callable[..., Array] | None = None,
+) -> Array:
+    """Attention weights ``softmax(query key^T / sqrt(depth) + bias)``, ``(..., heads,
+    q_length, kv_length)``, masked where ``mask`` is false, with dropout unless
+    ``deterministic``. With ``module`` the weights (before dropout) are sown into its
+    ``intermediates`` as ``attention_weights``."""
+    if (precision or einsum_dot_general) and einsum:
+        raise ValueError(
+            "precision/einsum_dot_general and einsum are mutually exclusive. Please specify "
+            "only one of them."
+        )
+    query, key = promote_dtype(query, key, dtype=dtype)
+    _check_qk(query, key)
+    return F.dot_product_attention_weights(
+        query,
+        key,
+        bias,
+        mask,
+        dropout_rate=dropout_rate,
+        dropout_key=dropout_rng,
+        broadcast_dropout=broadcast_dropout,
+        deterministic=deterministic,
+        precision=precision,
+        force_fp32_for_softmax=force_fp32_for_softmax,
+        einsum_dot_general=einsum_dot_general,
+        qk_einsum=einsum,
+        on_weights=_sower(module),
+    )
+
+
+def dot_product_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    broadcast_dropout: bool = True,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = False,
+    dtype: Dtype | None = None,
+    precision: Any = None,
+    module: Any = None,
+    force_fp32_for_softmax: bool = False,
+    einsum_dot_general: Callable[..., Array] | None = None,
+    qk_attn_weights_einsum: Callable[..., Array] | None = None,
+    attn_weights_value_einsum: Callable[..., Array] | None = None,
+) -> Array:
+    """Scaled dot-product attention over ``query`` ``(..., q_length, heads, depth)``,
+    ``key`` and ``value`` ``(..., kv_length, heads, depth)``; see
+    ``dot_product_attention_weights`` for the weights. The two einsums can be replaced
+    (``qk_attn_weights_einsum`` and ``attn_weights_value_einsum``, together)."""
+    if (qk_attn_weights_einsum is None) != (attn_weights_value_einsum is None):
+        raise ValueError(
+            "qk_attn_weights_einsum and attn_weights_value_einsum must be specified together."
+        )
+    if (precision or einsum_dot_general) and (qk_attn_weights_einsum or attn_weights_value_einsum):
+        raise ValueError(
+            "precision/einsum_dot_general and qk_attn_weights_einsum/"
+            "attn_weights_value_einsum are mutually exclusive. Please specify only one of "
+            "them."
+        )
+    query, key, value = promote_dtype(query, key, value, dtype=dtype)
+    _check_qk(query, key)
+    assert query.shape[:-3] == value.shape[:-3], "q, k, v batch dims must match."
+    assert query.shape[-2] == value.shape[-2], "q, k, v num_heads must match."
+    assert key.shape[-3] == value.shape[-3], "k, v lengths must match."
+    return F.dot_product_attention(
+        query,
+        key,
+        value,
+        bias,
+        mask,
+        dropout_rate=dropout_rate,
+        dropout_key=dropout_rng,
+        broadcast_dropout=broadcast_dropout,
+        deterministic=deterministic,
+        precision=precision,
+        force_fp32_for_softmax=force_fp32_for_softmax,
+        einsum_dot_general=einsum_dot_general,
+        qk_einsum=qk_attn_weights_einsum,
+        av_einsum=attn_weights_value_einsum,
+        on_weights=_sower(module),
+    )
+
+
+class MultiHeadDotProductAttention(Module):
+    """Multi-head dot-product attention.
+
+    Children ``query``, ``key``, ``value`` (``DenseGeneral`` to ``(num_heads, head_dim)``,
+    ``head_dim = qkv_features // num_heads``) and ``out`` (back to ``out_features``);
+    ``normalize_qk`` adds ``query_ln``/``key_ln``. With ``decode=True`` the keys and values
+    are kept in the ``cache`` collection (``cached_key``, ``cached_value``,
+    ``cache_index``) and each call attends from one new position. ``dropout_rate`` > 0
+    needs ``deterministic`` (here or at call time) and, in training, a ``'dropout'`` rng.
+    """
+
+    num_heads: int
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    qkv_features: int | None = None
+    out_features: int | None = None
+    broadcast_dropout: bool = True
+    dropout_rate: float = 0.0
+    deterministic: bool | None = None
+    precision: Any = None
+    kernel_init: Initializer = default_kernel_init
+    out_kernel_init: Initializer | None = None
+    bias_init: Initializer = initializers.zeros_init()
+    out_bias_init: Initializer | None = None
+    use_bias: bool = True
+    attention_fn: Callable[..., Array] = dot_product_attention
+    decode: bool = False
+    normalize_qk: bool = False
+    force_fp32_for_softmax: bool = False
+    qkv_dot_general: Any = None
+    out_dot_general: Any = None
+    qkv_dot_general_cls: Any = None
+    out_dot_general_cls: Any = None
+    qk_attn_weights_einsum_cls: Callable[..., Callable[..., Array]] | None = None
+    attn_weights_value_einsum_cls: Callable[..., Callable[..., Array]] | None = None
+
+    @compact
+    def __call__(
+        self,
+        inputs_q: Array,
+        inputs_k: Array | None = None,
+        inputs_v: Array | None = None,
+        *,
+        inputs_kv: Array | None = None,
+        mask: Array | None = None,
+        deterministic: bool | None = None,
+        dropout_rng: Array | None = None,
+        sow_weights: bool = False,
+    ) -> Array:
+        """Attend from ``inputs_q`` ``(..., q_length, features)`` to ``inputs_k`` /
+        ``inputs_v`` (default: ``inputs_q``, and ``inputs_v`` defaults to ``inputs_k``).
+        ``mask`` ``(..., heads, q_length, kv_length)`` is false where attention is not
+        allowed; ``sow_weights`` records the attention weights in ``intermediates``."""
+        inputs_k, inputs_v = _resolve_kv(inputs_q, inputs_k, inputs_v, inputs_kv)
+        features = self.out_features or inputs_q.shape[-1]
+        qkv_features = self.qkv_features or inputs_q.shape[-1]
+        assert qkv_features % self.num_heads == 0, (
+            f"Memory dimension ({qkv_features}) must be divisible by number of heads "
+            f"({self.num_heads})."
+        )
+        head_dim = qkv_features // self.num_heads
+        dense = functools.partial(
+            DenseGeneral,
+            axis=-1,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            features=(self.num_heads, head_dim),
+            kernel_init=self.kernel_init,
+            bias_init=self.bias_init,
+            use_bias=self.use_bias,
+            precision=self.precision,
+            dot_general=self.qkv_dot_general,
+            dot_general_cls=self.qkv_dot_general_cls,
+        )
+        query = dense(name="query")(inputs_q)
+        key = dense(name="key")(inputs_k)
+        value = dense(name="value")(inputs_v)
+        if self.normalize_qk:
+            norm = functools.partial(
+                LayerNorm, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype
+            )
+            query = norm(name="query_ln")(query)
+            key = norm(name="key_ln")(key)
+        if self.decode:
+            key, value, mask = self._decode_step(query, key, value, mask)
+        if self.dropout_rate > 0.0:
+            m_deterministic = merge_param("deterministic", self.deterministic, deterministic)
+            if not m_deterministic and dropout_rng is None:
+                dropout_rng = self.make_rng("dropout")
+        else:
+            m_deterministic = True
+        attn_kwargs: dict[str, Any] = dict(
+            mask=mask,
+            dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate,
+            broadcast_dropout=self.broadcast_dropout,
+            deterministic=m_deterministic,
+            dtype=self.dtype,
+            precision=self.precision,
+            force_fp32_for_softmax=self.force_fp32_for_softmax,
+            qk_attn_weights_einsum=(
+                self.qk_attn_weights_einsum_cls() if self.qk_attn_weights_einsum_cls else None
+            ),
+            attn_weights_value_einsum=(
+                self.attn_weights_value_einsum_cls() if self.attn_weights_value_einsum_cls else None
+            ),
+        )
+        accepted = inspect.signature(self.attention_fn).parameters
+        attn_kwargs = {k: v for k, v in attn_kwargs.items() if k in accepted}
+        if sow_weights:
+            attn_kwargs["module"] = self
+        x = self.attention_fn(query, key, value, **attn_kwargs)
+        return DenseGeneral(
+            features=features,
+            axis=(-2, -1),
+            kernel_init=self.out_kernel_init or self.kernel_init,
+            bias_init=self.out_bias_init or self.bias_init,
+            use_bias=self.use_bias,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            precision=self.precision,
+            dot_general=self.out_dot_general,
+            dot_general_cls=self.out_dot_general_cls,
+            name="out",
+        )(x)
+
+    def _decode_step(
+        self, query: Array, key: Array, value: Array, mask: Array | None
+    ) -> tuple[Array, Array, Array | None]:
+        """Write this step's key/value into the cache; attend to everything so far."""
+        is_initialized = self.has_variable("cache", "cached_key")
+        cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+        cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+        cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
+        if not is_initialized:
+            return key, value, mask
+        *batch_dims, _, num_heads, depth = cached_key.value.shape
+        expected = (*batch_dims, 1, num_heads, depth)
+        if expected != query.shape:
+            raise ValueError(
+                "Autoregressive cache shape error, expected query shape "
+                f"{tuple(expected)} instead got {query.shape}."
+            )
+        new_key, new_value, new_index, step_mask = F.update_kv_cache(
+            cached_key.value, cached_value.value, cache_index.value, key, value
+        )
+        cached_key.value = new_key
+        cached_value.value = new_value
+        cache_index.value = new_index
+        step_mask = jnp.broadcast_to(step_mask, (*batch_dims, 1, 1, step_mask.shape[-1]))
+        return new_key, new_value, combine_masks(mask, step_mask)
+
+
+def _resolve_kv(
+    inputs_q: Array, inputs_k: Array | None, inputs_v: Array | None, inputs_kv: Array | None
+) -> tuple[Array, Array]:
+    if inputs_kv is not None:
+        if inputs_k is not None or inputs_v is not None:
+            raise ValueError(
+                "If either `inputs_k` or `inputs_v` is not None, `inputs_kv` must be None. If "
+                "`inputs_kv` is not None, both `inputs_k` and `inputs_v` must be None. We "
+                "recommend using `inputs_k` and `inputs_v` args, since `inputs_kv` will be "
+                "deprecated soon. See https://github.com/google/flax/discussions/3389 for "
+                "more information."
+            )
+        warnings.warn(
+            "The inputs_kv arg will be deprecated soon. Use inputs_k and inputs_v instead. "
+            "See https://github.com/google/flax/discussions/3389 for more information.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return inputs_kv, inputs_kv
+    if inputs_k is None:
+        if inputs_v is not None:
+            raise ValueError(
+                "`inputs_k` cannot be None if `inputs_v` is not None. To have both `inputs_k` "
+                "and `inputs_v` be the same value, pass in the value to `inputs_k` and leave "
+                "`inputs_v` as None."
+            )
+        inputs_k = inputs_q
+    if inputs_v is None:
+        inputs_v = inputs_k
+    elif inputs_v.shape[-1] == inputs_v.shape[-2]:
+        warnings.warn(
+            f"You are passing an array of shape {inputs_v.shape} to the `inputs_v` arg, when "
+            "you may have intended to pass it to the `mask` arg. As of Flax version 0.7.4, "
+            "the function signature of MultiHeadDotProductAttention's `__call__` method has "
+            "changed to `__call__(inputs_q, inputs_k=None, inputs_v=None, *, inputs_kv=None, "
+            "mask=None, deterministic=None)`. Use the kwarg `mask` instead. See "
+            "https://github.com/google/flax/discussions/3389 and read the docstring for more "
+            "information.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return inputs_k, inputs_v
+
+
+class MultiHeadAttention(MultiHeadDotProductAttention):
+    """``MultiHeadDotProductAttention`` under its shorter name (same parameters)."""
+
+
+class SelfAttention(MultiHeadDotProductAttention):
+    """Self-attention (deprecated by Flax): ``MultiHeadDotProductAttention(inputs_q)``."""
+
+    @compact
+    def __call__(  # type: ignore[override]
+        self,
+        inputs_q: Array,
+        mask: Array | None = None,
+        deterministic: bool | None = None,
+        dropout_rng: Array | None = None,
+        sow_weights: bool = False,
+    ) -> Array:
+        """Attend from ``inputs_q`` to itself."""
+        warnings.warn(
+            "SelfAttention will be deprecated soon. Use "
+            "`MultiHeadDotProductAttention.__call__(inputs_q)` instead. See "
+            "https://github.com/google/flax/discussions/3389 for more information.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return super().__call__(
+            inputs_q,
+            mask=mask,
+            deterministic=deterministic,
+            dropout_rng=dropout_rng,
+            sow_weights=sow_weights,
+        )
+
+
+def make_attention_mask(
+    query_input: Array,
+    key_input: Array,
+    pairwise_fn: Callable[..., Any] = jnp.multiply,
+    extra_batch_dims: int = 0,
+    dtype: Dtype = jnp.float32,
+) -> Array:
+    """A ``(..., 1, q_length, kv_length)`` mask ``pairwise_fn(query_input[..., :, None],
+    key_input[..., None, :])`` for ``(..., q_length)`` and ``(..., kv_length)`` inputs."""
+    return F.make_attention_mask(query_input, key_input, pairwise_fn, extra_batch_dims, dtype)
+
+
+def make_causal_mask(x: Array, extra_batch_dims: int = 0, dtype: Dtype = jnp.float32) -> Array:
+    """A ``(..., 1, length, length)`` mask letting position ``i`` attend to ``j <= i``."""
+    return F.make_causal_mask(x, extra_batch_dims, dtype)
+
+
+def combine_masks(*masks: Array | None, dtype: Dtype = jnp.float32) -> Array | None:
+    """The logical AND of the masks that are not ``None`` (``None`` if none is given)."""
+    present = [m for m in masks if m is not None]
+    assert all(m.ndim == present[0].ndim for m in present), (
+        f"masks must have same rank: {tuple(m.ndim for m in present)}"
+    )
+    return F.combine_masks(*present, dtype=dtype)

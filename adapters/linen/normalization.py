@@ -1,0 +1,496 @@
+"""Normalisation layers (``flax.linen.normalization``): ``BatchNorm``, ``LayerNorm``,
+``RMSNorm``, ``GroupNorm``, ``InstanceNorm``, ``SpectralNorm``, ``WeightNorm``.
+
+Statistics come from ``pytreemod.nn.functional.compute_stats`` (one pass, at least
+float32) and the affine normalisation from ``functional.normalize``; these classes create
+the parameters and running averages with Flax's names and shapes.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from pytreemod.nn import functional as F
+
+from . import initializers
+from .dtypes import canonicalize_dtype
+from .module import Module, compact, merge_param
+
+Array = jax.Array
+Axes = int | Sequence[int]
+Dtype = Any
+Initializer = Callable[..., Any]
+
+__all__ = [
+    "BatchNorm",
+    "GroupNorm",
+    "InstanceNorm",
+    "LayerNorm",
+    "RMSNorm",
+    "SpectralNorm",
+    "WeightNorm",
+]
+
+
+def _axes(rank: int, axes: Axes) -> tuple[int, ...]:
+    if not isinstance(axes, Iterable):
+        axes = (axes,)
+    return tuple(sorted({a + rank if a < 0 else a for a in axes}))
+
+
+def _stats(
+    mdl: Any,
+    x: Array,
+    axes: Axes,
+    *,
+    axis_name: Any = None,
+    use_mean: bool = True,
+    mask: Array | None = None,
+) -> tuple[Array | None, Array]:
+    return F.compute_stats(
+        x,
+        axes,
+        use_mean=use_mean,
+        use_fast_variance=mdl.use_fast_variance,
+        axis_name=axis_name,
+        axis_index_groups=mdl.axis_index_groups,
+        mask=mask,
+        dtype=mdl.dtype,
+        force_float32_reductions=mdl.force_float32_reductions,
+    )
+
+
+def _normalize(
+    mdl: Any,
+    x: Array,
+    mean: Array | None,
+    var: Array,
+    reduction_axes: Axes,
+    feature_axes: Axes,
+    use_bias: bool,
+    use_scale: bool,
+    bias_init: Initializer,
+    scale_init: Initializer,
+) -> Array:
+    """Create ``scale``/``bias`` (feature shape) on ``mdl`` and normalise ``x``."""
+    feat = _axes(x.ndim, feature_axes)
+    shape = [x.shape[a] for a in feat]
+    scale = bias = None
+    if use_scale:
+        scale = mdl.param("scale", scale_init, shape, mdl.param_dtype)
+    if use_bias:
+        bias = mdl.param("bias", bias_init, shape, mdl.param_dtype)
+    if not mdl.force_float32_reductions:
+        scale = None if scale is None else jnp.asarray(scale, mdl.param_dtype)
+        bias = None if bias is None else jnp.asarray(bias, mdl.param_dtype)
+    dtype = canonicalize_dtype(*[a for a in (x, scale, bias) if a is not None], dtype=mdl.dtype)
+    return F.normalize(
+        x,
+        mean,
+        var,
+        scale,
+        bias,
+        reduction_axes=reduction_axes,
+        feature_axes=feat,
+        epsilon=mdl.epsilon,
+        dtype=dtype,
+    )
+
+
+class BatchNorm(Module):
+    """Batch normalisation over every axis but ``axis``.
+
+    Running averages ``mean``/``var`` live in the ``batch_stats`` collection; in training
+    (``use_running_average=False``, here or at call time) they are updated with
+    ``momentum`` (except while initialising), in evaluation they normalise. ``axis_name``
+    averages the batch statistics over a mapped axis.
+    """
+
+    use_running_average: bool | None = None
+    axis: int = -1
+    momentum: float = 0.99
+    epsilon: float = 1e-5
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    use_bias: bool = True
+    use_scale: bool = True
+    bias_init: Initializer = initializers.zeros
+    scale_init: Initializer = initializers.ones
+    axis_name: str | None = None
+    axis_index_groups: Any = None
+    use_fast_variance: bool = True
+    force_float32_reductions: bool = True
+
+    @compact
+    def __call__(
+        self, x: Array, use_running_average: bool | None = None, *, mask: Array | None = None
+    ) -> Array:
+        """Normalise ``x``; ``mask`` restricts the batch statistics to true positions."""
+        use_running_average = merge_param(
+            "use_running_average", self.use_running_average, use_running_average
+        )
+        feat = _axes(x.ndim, self.axis)
+        red = tuple(i for i in range(x.ndim) if i not in feat)
+        shape = [x.shape[a] for a in feat]
+        stat_dtype = jnp.float32 if self.force_float32_reductions else self.param_dtype
+        ra_mean = self.variable("batch_stats", "mean", lambda s: jnp.zeros(s, stat_dtype), shape)
+        ra_var = self.variable("batch_stats", "var", lambda s: jnp.ones(s, stat_dtype), shape)
+        if use_running_average:
+            mean, var = ra_mean.value, ra_var.value
+            if not self.force_float32_reductions:
+                mean = jnp.asarray(mean, self.param_dtype)
+                var = jnp.asarray(var, self.param_dtype)
+        else:
+            initializing = self.is_initializing()
+            mean, var = _stats(
+                self,
+                x,
+                red,
+                axis_name=None if initializing else self.axis_name,
+                mask=mask,
+            )
+            assert mean is not None
+            if not initializing:
+                ra_mean.value = self.momentum * ra_mean.value + (1 - self.momentum) * mean
+                ra_var.value = self.momentum * ra_var.value + (1 - self.momentum) * var
+        return _normalize(
+            self,
+            x,
+            mean,
+            var,
+            red,
+            feat,
+            self.use_bias,
+            self.use_scale,
+            self.bias_init,
+            self.scale_init,
+        )
+
+
+class LayerNorm(Module):
+    """Layer normalisation: statistics per example over ``reduction_axes`` (last), scale
+    and bias over ``feature_axes`` (last)."""
+
+    epsilon: float = 1e-6
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    use_bias: bool = True
+    use_scale: bool = True
+    bias_init: Initializer = initializers.zeros
+    scale_init: Initializer = initializers.ones
+    reduction_axes: Axes = -1
+    feature_axes: Axes = -1
+    axis_name: str | None = None
+    axis_index_groups: Any = None
+    use_fast_variance: bool = True
+    force_float32_reductions: bool = True
+
+    @compact
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        """Normalise ``x``; ``mask`` restricts the statistics to true positions."""
+        mean, var = _stats(self, x, self.reduction_axes, axis_name=self.axis_name, mask=mask)
+        return _normalize(
+            self,
+            x,
+            mean,
+            var,
+            self.reduction_axes,
+            self.feature_axes,
+            self.use_bias,
+            self.use_scale,
+            self.bias_init,
+            self.scale_init,
+        )
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalisation: ``x / sqrt(mean(x**2) + epsilon) * scale`` (no
+    centring, no bias)."""
+
+    epsilon: float = 1e-6
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    use_scale: bool = True
+    scale_init: Initializer = initializers.ones
+    reduction_axes: Axes = -1
+    feature_axes: Axes = -1
+    axis_name: str | None = None
+    axis_index_groups: Any = None
+    use_fast_variance: bool = True
+    force_float32_reductions: bool = True
+
+    @compact
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        """Normalise ``x``."""
+        _, var = _stats(
+            self, x, self.reduction_axes, axis_name=self.axis_name, use_mean=False, mask=mask
+        )
+        return _normalize(
+            self,
+            x,
+            None,
+            var,
+            self.reduction_axes,
+            self.feature_axes,
+            False,
+            self.use_scale,
+            initializers.zeros,
+            self.scale_init,
+        )
+
+
+class GroupNorm(Module):
+    """Group normalisation: the channels (last axis) split into ``num_groups`` groups (or
+    groups of ``group_size``; give exactly one), statistics per example and group."""
+
+    num_groups: int | None = 32
+    group_size: int | None = None
+    epsilon: float = 1e-6
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    use_bias: bool = True
+    use_scale: bool = True
+    bias_init: Initializer = initializers.zeros
+    scale_init: Initializer = initializers.ones
+    reduction_axes: Axes | None = None
+    axis_name: str | None = None
+    axis_index_groups: Any = None
+    use_fast_variance: bool = True
+    force_float32_reductions: bool = True
+
+    @compact
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        """Normalise ``x`` ``(batch, ..., channels)`` (or unbatched)."""
+        if self.reduction_axes is not None:
+            red_in: Axes = self.reduction_axes
+        else:
+            red_in = [*range(1, x.ndim - 1), -1]
+        red = _axes(x.ndim, red_in)
+        if red[-1] != x.ndim - 1:
+            raise ValueError(
+                "The reduction axes must include the final dimension as this is assumed to "
+                "be the feature axis."
+            )
+        if (self.num_groups is None) == (self.group_size is None):
+            raise ValueError(
+                "Either `num_groups` or `group_size` should be specified. If `group_size` is "
+                "to be specified, pass `num_groups=None` as argument to override the default "
+                "`num_groups` value of 32."
+            )
+        channels = x.shape[-1]
+        if self.group_size is not None:
+            if channels % self.group_size != 0:
+                raise ValueError(
+                    f"Number of channels ({channels}) is not multiple of the group size "
+                    f"({self.group_size})."
+                )
+            num_groups = channels // self.group_size
+        else:
+            assert self.num_groups is not None
+            num_groups = self.num_groups
+        if num_groups <= 0 or channels % num_groups != 0:
+            raise ValueError(
+                f"Number of groups ({num_groups}) does not divide the number of channels "
+                f"({channels})."
+            )
+        group_size = channels // num_groups
+        grouped = x.reshape((*x.shape[:-1], num_groups, group_size))
+        if mask is not None:
+            mask = mask.reshape((*mask.shape[:-1], num_groups, group_size))
+        mean, var = _stats(self, grouped, [*red[:-1], -1], axis_name=self.axis_name, mask=mask)
+        assert mean is not None
+        mean = jnp.repeat(mean, group_size, axis=-1)
+        var = jnp.repeat(var, group_size, axis=-1)
+        return _normalize(
+            self,
+            x,
+            mean,
+            var,
+            red[:-1],
+            (-1,),
+            self.use_bias,
+            self.use_scale,
+            self.bias_init,
+            self.scale_init,
+        )
+
+
+class InstanceNorm(Module):
+    """Instance normalisation: statistics per example and feature over every other
+    non-batch axis (axis 0 is the batch)."""
+
+    epsilon: float = 1e-6
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    use_bias: bool = True
+    use_scale: bool = True
+    bias_init: Initializer = initializers.zeros
+    scale_init: Initializer = initializers.ones
+    feature_axes: Axes = -1
+    axis_name: str | None = None
+    axis_index_groups: Any = None
+    use_fast_variance: bool = True
+    force_float32_reductions: bool = True
+
+    @compact
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        """Normalise ``x``."""
+        feat = _axes(x.ndim, self.feature_axes)
+        if 0 in feat:
+            raise ValueError(
+                "The channel axes cannot include the leading dimension as this is assumed "
+                "to be the batch axis."
+            )
+        red = [i for i in range(1, x.ndim) if i not in feat]
+        mean, var = _stats(self, x, red, axis_name=self.axis_name, mask=mask)
+        return _normalize(
+            self,
+            x,
+            mean,
+            var,
+            red,
+            feat,
+            self.use_bias,
+            self.use_scale,
+            self.bias_init,
+            self.scale_init,
+        )
+
+
+def _l2_normalize(x: Array, axis: Any = None, eps: float = 1e-12) -> Array:
+    return x * lax.rsqrt((x * x).sum(axis=axis, keepdims=True) + eps)
+
+
+def _path_name(path: Sequence[Any]) -> str:
+    return jax.tree_util.keystr(tuple(path), simple=True, separator="/")
+
+
+class SpectralNorm(Module):
+    """Spectral normalisation of ``layer_instance``'s parameters: each matrix (higher-rank
+    ones reshaped to ``(-1, last)``) divided by its largest singular value, estimated by
+    ``n_steps`` of power iteration. The iteration vector ``u`` and ``sigma`` live in
+    ``collection_name`` and are updated when ``update_stats=True``.
+    """
+
+    layer_instance: Module
+    n_steps: int = 1
+    epsilon: float = 1e-12
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    error_on_non_matrix: bool = False
+    collection_name: str = "batch_stats"
+
+    @compact
+    def __call__(self, *args: Any, update_stats: bool, **kwargs: Any) -> Any:
+        """Call the wrapped layer with spectrally normalised parameters."""
+        from . import transforms
+
+        def forward(layer: Any) -> Any:
+            return layer(*args, **kwargs)
+
+        normalize = functools.partial(self._spectral_normalize, update_stats=update_stats)
+        return transforms.map_variables(
+            forward,
+            trans_in_fn=lambda vs: jax.tree_util.tree_map_with_path(normalize, vs),
+            init=self.is_initializing(),
+            mutable=True,
+        )(self.layer_instance)
+
+    def _spectral_normalize(self, path: Sequence[Any], vs: Any, update_stats: bool) -> Array:
+        value = jnp.asarray(vs)
+        value_shape = value.shape
+        if value.ndim <= 1 or self.n_steps < 1:
+            return value
+        if value.ndim > 2:
+            if self.error_on_non_matrix:
+                raise ValueError(f"Input is {value.ndim}D but error_on_non_matrix is True")
+            value = jnp.reshape(value, (-1, value.shape[-1]))
+        prefix = f"{self.layer_instance.name}/{_path_name(path[1:])}"
+        u_name, sigma_name = prefix + "/u", prefix + "/sigma"
+        rng = None
+        if not self.has_variable(self.collection_name, u_name):
+            rng = self.make_rng("params")
+        u_var = self.variable(
+            self.collection_name,
+            u_name,
+            jax.random.normal,
+            rng,
+            (1, value.shape[-1]),
+            self.param_dtype,
+        )
+        sigma_var = self.variable(self.collection_name, sigma_name, jnp.ones, (), self.param_dtype)
+        u0 = u_var.value
+        v0 = u0
+        for _ in range(self.n_steps):
+            v0 = _l2_normalize(jnp.matmul(u0, value.transpose([1, 0])), eps=self.epsilon)
+            u0 = _l2_normalize(jnp.matmul(v0, value), eps=self.epsilon)
+        u0 = lax.stop_gradient(u0)
+        v0 = lax.stop_gradient(v0)
+        sigma = jnp.matmul(jnp.matmul(v0, value), jnp.transpose(u0))[0, 0]
+        value = value / jnp.where(sigma != 0, sigma, 1)
+        if update_stats:
+            u_var.value = u0
+            sigma_var.value = sigma
+        dtype = canonicalize_dtype(vs, u0, v0, sigma, dtype=self.dtype)
+        return jnp.asarray(value.reshape(value_shape), dtype)
+
+
+class WeightNorm(Module):
+    """Weight normalisation of ``layer_instance``'s parameters whose path contains a name
+    in ``variable_filter`` (``{'kernel'}``): each is divided by its L2 norm over all axes
+    but ``feature_axes`` and multiplied by a learned ``scale`` (``<layer>/<path>/scale``).
+    """
+
+    layer_instance: Module
+    epsilon: float = 1e-12
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    use_scale: bool = True
+    scale_init: Initializer = initializers.ones
+    feature_axes: Axes | None = -1
+    variable_filter: Iterable[str] | None = dataclasses.field(default_factory=lambda: {"kernel"})
+
+    @compact
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped layer with weight-normalised parameters."""
+        from . import transforms
+
+        def forward(layer: Any) -> Any:
+            return layer(*args, **kwargs)
+
+        return transforms.map_variables(
+            forward,
+            trans_in_fn=lambda vs: jax.tree_util.tree_map_with_path(self._l2_normalize, vs),
+            init=self.is_initializing(),
+        )(self.layer_instance)
+
+    def _l2_normalize(self, path: Sequence[Any], vs: Any) -> Array:
+        value = jnp.asarray(vs)
+        str_path = f"{self.layer_instance.name}/{_path_name(path[1:])}"
+        if self.variable_filter and not any(n in str_path for n in self.variable_filter):
+            return value
+        if self.feature_axes is None:
+            feat: tuple[int, ...] = ()
+        else:
+            feat = _axes(value.ndim, self.feature_axes)
+        red = tuple(i for i in range(value.ndim) if i not in feat)
+        feature_shape = [1] * value.ndim
+        reduced_shape = []
+        for ax in feat:
+            feature_shape[ax] = value.shape[ax]
+            reduced_shape.append(value.shape[ax])
+        value_bar = _l2_normalize(value, axis=red, eps=self.epsilon)
+        args = [vs]
+        if self.use_scale:
+            scale = self.param(
+                str_path + "/scale", self.scale_init, reduced_shape, self.param_dtype
+            ).reshape(feature_shape)
+            value_bar = value_bar * scale
+            args.append(scale)
+        dtype = canonicalize_dtype(*args, dtype=self.dtype)
+        return jnp.asarray(value_bar, dtype)
