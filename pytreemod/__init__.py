@@ -6,6 +6,7 @@ This file only re-exports; every name is defined in a private module.
 from . import nn as nn
 from ._checkpoint import load as load
 from ._checkpoint import save as save
+from ._checkpoint_sharded import abstract as abstract
 from ._errors import AxisMetadataError as AxisMetadataError
 from ._errors import CheckpointError as CheckpointError
 from ._errors import CheckpointFormatError as CheckpointFormatError
