@@ -20,6 +20,7 @@ import pytreemod as pm
 from .. import core, errors
 from ..core import DenyList, FrozenDict, LazyRng, freeze
 from ._module_context import _config_flag, _context
+from ._module_variables import _VariablesMixin
 
 if TYPE_CHECKING:
     from ._module_base import Module
@@ -46,7 +47,7 @@ def _is_valid_rng(rng: Any) -> bool:
 def _check_rng_dict(rngs: Mapping[str, Any], what: str) -> None:
     for value in rngs.values():
         if not _is_valid_rng(value):
-            raise errors.InvalidRngError(
+            raise ValueError(
                 f"{what} should be a ``jax.PRNGKey`` or a dictionary mapping strings to "
                 "``jax.PRNGKey``."
             )
@@ -183,7 +184,7 @@ def init_with_output(
         if isinstance(rngs, Mapping):
             _check_rng_dict(rngs, "First argument passed to an init function")
         elif not _is_valid_rng(rngs):
-            raise errors.InvalidRngError(
+            raise ValueError(
                 "First argument passed to an init function should be a ``jax.PRNGKey`` or a "
                 "dictionary mapping strings to ``jax.PRNGKey``."
             )
@@ -209,16 +210,12 @@ def init(
     return init_wrapper
 
 
-class _ApplyMixin:
+class _ApplyMixin(_VariablesMixin):
     """``Module`` methods that run a module: init, apply, bind..."""
 
     if TYPE_CHECKING:
-        scope: core.Scope | None
 
         def clone(self, **kwargs: Any) -> Self: ...
-
-        @property
-        def variables(self) -> dict[str, Any]: ...
 
     def apply(
         self,

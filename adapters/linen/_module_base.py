@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import typing
 import weakref
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
@@ -48,7 +49,6 @@ from ._module_tree import (
     _map_over_modules_in_tree,
     _map_submodules,
 )
-from ._module_variables import _VariablesMixin
 
 M = TypeVar("M", bound="Module")
 _CallableT = TypeVar("_CallableT", bound=Callable[..., Any])
@@ -275,7 +275,26 @@ def _dataclass_transform(cls: type, kw_only: bool) -> None:
 # ----------------------------------------------------------------------------- Module
 
 
-class Module(_VariablesMixin, _ApplyMixin):
+def module_field(*, kw_only: bool = False, default: Any = ...) -> Any:
+    """A dataclass field for type checkers (``Module``'s ``parent`` and ``name``)."""
+    return dataclasses.field(kw_only=kw_only, default=default)
+
+
+@typing.dataclass_transform(field_specifiers=(dataclasses.field, module_field))
+class ModuleBase:
+    """Marks ``Module`` subclasses as dataclasses for type checkers (the attributes
+    declared here are not dataclass fields)."""
+
+    if typing.TYPE_CHECKING:
+        _state: _ModuleInternalState
+        _parent_ref: Any
+        _compact_name_scope_methods: tuple[str, ...]
+        _init_field_names: tuple[str, ...]
+        _id: int
+        __dataclass_fields__: dict[str, dataclasses.Field[Any]]
+
+
+class Module(ModuleBase, _ApplyMixin):
     """Base class of Linen modules.
 
     Subclasses are dataclasses: annotated class attributes are constructor arguments.
@@ -283,15 +302,19 @@ class Module(_VariablesMixin, _ApplyMixin):
     method; ``init``/``apply`` run a method on variables. See Flax's ``flax.linen.Module``.
     """
 
-    scope: Scope | None = None
-    _state: _ModuleInternalState = _uninitialized_module_internal_state
-    _parent_ref: Any = None
-    _compact_name_scope_methods: tuple[str, ...] = ()
-    _init_field_names: tuple[str, ...] = ()
-    # Declared for type checkers; every subclass makes them dataclass fields.
-    name: str | None
-    parent: Any
-    _id: int
+    scope = None
+    _state = _uninitialized_module_internal_state
+    _parent_ref = None
+    _compact_name_scope_methods = ()
+    _init_field_names = ()
+    if typing.TYPE_CHECKING:
+        # Every subclass gets these as its last (keyword-only) dataclass fields.
+        name: str | None = module_field(kw_only=True, default=None)
+        parent: Any = module_field(kw_only=True, default=None)
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def __init_subclass__(cls, kw_only: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

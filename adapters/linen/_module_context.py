@@ -143,9 +143,11 @@ def _bind_interceptor(
 # ----------------------------------------------------------------------------- named calls
 
 
-class _NamedCallState(threading.local):
+class _NamedCallState:
+    """Process-wide switch (as in Flax); ``None`` follows ``config.flax_profile``."""
+
     def __init__(self) -> None:
-        self.enabled: bool | None = None  # None: follow config.flax_profile
+        self.enabled: bool | None = None
 
 
 _named_call = _NamedCallState()
@@ -169,7 +171,7 @@ def _named_call_enabled() -> bool:
     enabled = _named_call.enabled
     if enabled is not None:
         return enabled
-    return _config_flag("flax_profile")
+    return _config_flag("flax_profile", True)
 
 
 def enable_named_call() -> None:

@@ -279,18 +279,9 @@ def value_and_grad(
     )
     if has_aux:
         out, aux, argument_grads = run()
-        _check_scalar(out)
         return (out, aux), argument_grads
     out, argument_grads = run()
-    _check_scalar(out)
     return out, argument_grads
-
-
-def _check_scalar(out: Any) -> None:
-    if out.shape != ():
-        raise ValueError(
-            f"grad can only work on functions with scalar-valued outputs. out shape={out.shape}"
-        )
 
 
 def grad(

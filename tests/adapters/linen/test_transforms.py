@@ -1,0 +1,208 @@
+"""Linen transforms: the generic lifting of core transforms to Module classes and
+methods (jit, remat, fold_rngs, vmap, scan, direct autodiff/control transforms)."""
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import adapters.linen as nn
+from adapters import errors
+
+
+class Scale(nn.Module):
+    features: int = 2
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        w = self.param("w", jax.nn.initializers.lecun_normal(), (x.shape[-1], self.features))
+        return x @ w
+
+
+def test_jit_class_matches_plain_and_traces_once_per_configuration() -> None:
+    traces: list[int] = []
+
+    class Traced(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            traces.append(1)
+            return Scale(3)(x)
+
+    x = jnp.ones((2, 4))
+    variables = nn.jit(Traced)().init(jax.random.key(0), x)
+    assert variables["params"]["Scale_0"]["w"].shape == (4, 3)
+    jitted = nn.jit(Traced)()
+    before = len(traces)
+    y1 = jitted.apply(variables, x)
+    y2 = jitted.apply(variables, x + 1)
+    assert len(traces) == before + 1  # the second call reuses the compiled program
+    np.testing.assert_allclose(y1, Traced().apply(variables, x), rtol=1e-6)
+    np.testing.assert_allclose(y2, Traced().apply(variables, x + 1), rtol=1e-6)
+
+
+def test_jit_and_fold_rngs_draw_the_same_keys() -> None:
+    x = jnp.ones((1, 3))
+    a = nn.jit(Scale)(2).init(jax.random.key(0), x)
+    b = nn.fold_rngs(Scale)(2).init(jax.random.key(0), x)
+    np.testing.assert_array_equal(a["params"]["w"], b["params"]["w"])
+
+
+def test_jit_method_decorator_with_static_argnums() -> None:
+    class Net(nn.Module):
+        @nn.jit
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return Scale(2)(x)
+
+        @functools.partial(nn.jit, static_argnums=2)
+        def scaled(self, x: jax.Array, power: int) -> jax.Array:
+            return self(x) ** power
+
+    x = jnp.ones((1, 2))
+    variables = Net().init(jax.random.key(0), x)
+    y = Net().apply(variables, x, 2, method="scaled")
+    np.testing.assert_allclose(y, Net().apply(variables, x) ** 2, rtol=1e-6)
+
+
+def test_remat_keeps_names_and_values() -> None:
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return nn.remat(Scale)(3)(x)
+
+    x = jnp.ones((1, 2))
+    variables = Net().init(jax.random.key(0), x)
+    assert list(variables["params"]) == ["CheckpointScale_0"]
+    grads = jax.grad(lambda v: Net().apply(v, x).sum())(variables)
+    assert grads["params"]["CheckpointScale_0"]["w"].shape == (2, 3)
+
+
+def test_vmap_class_with_per_entry_parameters() -> None:
+    Ensemble = nn.vmap(
+        Scale,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=0,
+    )
+    x = jnp.ones((5, 1, 3))
+    variables = Ensemble(2).init(jax.random.key(0), x)
+    w = variables["params"]["w"]
+    assert w.shape == (5, 3, 2)
+    assert not np.allclose(w[0], w[1])
+    y = Ensemble(2).apply(variables, x)
+    np.testing.assert_allclose(y[1], x[1] @ w[1], rtol=1e-6)
+
+
+def test_scan_over_layers() -> None:
+    class Cell(nn.Module):
+        @nn.compact
+        def __call__(self, carry: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+            h = jnp.tanh(Scale(carry.shape[-1])(carry) + x)
+            return h, h
+
+    Scanned = nn.scan(
+        Cell,
+        variable_broadcast="params",
+        split_rngs={"params": False},
+        in_axes=0,
+        out_axes=0,
+    )
+    carry = jnp.zeros((1, 3))
+    xs = jnp.ones((4, 1, 3))
+    (final, ys), variables = Scanned().init_with_output(jax.random.key(0), carry, xs)
+    assert variables["params"]["Scale_0"]["w"].shape == (3, 3)
+    assert ys.shape == (4, 1, 3)
+    np.testing.assert_allclose(final, ys[-1], rtol=1e-6)
+
+
+def test_direct_value_and_grad_and_vjp() -> None:
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> Any:
+            layer = Scale(1)
+
+            def loss(mdl: Scale, x: jax.Array) -> jax.Array:
+                return jnp.sum(mdl(x))
+
+            value, (grad_x,) = nn.value_and_grad(loss, layer, x)
+            y, vjp_fn = nn.vjp(lambda mdl, x: mdl(x), layer, x)
+            params_grad, x_grad = vjp_fn(jnp.ones_like(y))
+            return value, grad_x, x_grad, params_grad["params"]["w"]
+
+    x = jnp.arange(3.0).reshape(1, 3)
+    (value, grad_x, x_grad, w_grad), variables = Net().init_with_output(jax.random.key(0), x)
+    w = variables["params"]["Scale_0"]["w"]
+    np.testing.assert_allclose(value, jnp.sum(x @ w), rtol=1e-6)
+    np.testing.assert_allclose(grad_x, w.T, rtol=1e-6)
+    np.testing.assert_allclose(x_grad, w.T, rtol=1e-6)
+    np.testing.assert_allclose(w_grad, x.T, rtol=1e-6)
+
+
+def test_value_and_grad_needs_a_scalar() -> None:
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> Any:
+            return nn.value_and_grad(lambda mdl, x: mdl(x), Scale(2), x)
+
+    with pytest.raises(TypeError, match="scalar"):
+        Net().init(jax.random.key(0), jnp.ones((1, 2)))
+
+
+def test_transformed_methods_cannot_return_modules() -> None:
+    class Leaky(nn.Module):
+        @nn.compact
+        def __call__(self) -> Any:
+            return Scale()
+
+    with pytest.raises(errors.TransformedMethodReturnValueError, match="cannot return Modules"):
+        nn.remat(Leaky)().init(jax.random.key(0))
+
+
+def test_bad_transform_targets() -> None:
+    with pytest.raises(errors.TransformTargetError, match="not a Module class or callable"):
+        nn.remat(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="transform methods argument must be None"):
+        nn.vmap(Scale, methods=3)
+    with pytest.raises(NotImplementedError, match="reduce_axes"):
+        nn.grad(lambda m, x: x, Scale(), 1.0, reduce_axes=("batch",))
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self) -> Any:
+            return nn.vjp(Scale, self)
+
+    with pytest.raises(ValueError, match="can only be applied on a Module method"):
+        Net().init(jax.random.key(0))
+
+
+def test_jit_of_a_module_with_unhashable_attributes() -> None:
+    class Holder(nn.Module):
+        table: Any
+
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return x
+
+    with pytest.raises(ValueError, match="Value at 'table' is not hashable"):
+        nn.jit(Holder)(table=np.ones(2)).init(jax.random.key(0), jnp.ones(()))
+
+
+def test_cond_and_while_loop_on_a_bound_module() -> None:
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array, flag: jax.Array) -> Any:
+            layer = Scale(2)
+            layer(x)  # create the parameters outside the branches
+            y = nn.cond(flag, lambda m, x: m(x), lambda m, x: -m(x), layer, x)
+            n = nn.while_loop(lambda m, c: c < 5, lambda m, c: c + 2, layer, jnp.array(0))  # type: ignore[arg-type]
+            return y, n
+
+    x = jnp.ones((1, 2))
+    variables = Net().init(jax.random.key(0), x, jnp.array(True))
+    y_true, n = Net().apply(variables, x, jnp.array(True))
+    y_false, _ = Net().apply(variables, x, jnp.array(False))
+    np.testing.assert_allclose(y_true, -y_false)
+    assert int(n) == 6
