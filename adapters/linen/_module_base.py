@@ -645,7 +645,12 @@ _MISSING = object()
 _ParentType = Module | Scope | _ParentSentinel | None
 
 
-def _compact_name_scope_type() -> type:
-    from ._module_extras import CompactNameScope
+_COMPACT_NAME_SCOPE: list[type] = []
 
-    return CompactNameScope
+
+def _compact_name_scope_type() -> type:
+    if not _COMPACT_NAME_SCOPE:
+        from ._module_extras import CompactNameScope
+
+        _COMPACT_NAME_SCOPE.append(CompactNameScope)
+    return _COMPACT_NAME_SCOPE[0]

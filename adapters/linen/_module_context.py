@@ -56,6 +56,77 @@ class _DynamicContext(threading.local):
 _context = _DynamicContext()
 
 
+# ----------------------------------------------------------------------------- call records
+
+
+@dataclasses.dataclass
+class _CallInfo:
+    """One recorded method call (for ``tabulate``): its order, the module's path, an
+    unbound copy of the module, the scope's rngs and mutability, and the call's inputs
+    and outputs (as ``summary._represent_tree`` shows them, when available)."""
+
+    index: int
+    path: tuple[str, ...]
+    module: Any
+    rngs: Any
+    mutable: Any
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    outputs: Any
+
+
+@dataclasses.dataclass
+class _CallInfoContext:
+    """The calls recorded while a ``_tabulate_context`` is active."""
+
+    index: int
+    calls: list[_CallInfo]
+
+    def get_call_index(self) -> int:
+        index = self.index
+        self.index += 1
+        return index
+
+    def record(
+        self, index: int, module: Any, method: str, args: Any, kwargs: Any, outputs: Any
+    ) -> None:
+        represent = _tree_representer()
+        args, kwargs, outputs = represent((args, kwargs, outputs))
+        scope = module.scope
+        self.calls.append(
+            _CallInfo(
+                index,
+                scope.path,
+                module.clone(),
+                scope.rngs,
+                scope.mutable,
+                method,
+                args,
+                kwargs,
+                outputs,
+            )
+        )
+
+
+def _tree_representer() -> Callable[[Any], Any]:
+    try:
+        from .summary import _represent_tree  # type: ignore[attr-defined]
+    except ImportError:
+        return lambda tree: tree
+    return _represent_tree
+
+
+@contextlib.contextmanager
+def _tabulate_context() -> Iterator[None]:
+    """Record every wrapped method call made inside the block (see ``_CallInfo``)."""
+    _context.call_info_stack.append(_CallInfoContext(0, []))
+    try:
+        yield
+    finally:
+        _context.call_info_stack.pop()
+
+
 # ----------------------------------------------------------------------------- interceptors
 
 
@@ -161,8 +232,8 @@ def _config_flag(name: str, default: bool = False) -> bool:
     if not _config_module:
         try:
             from .. import config  # type: ignore[attr-defined]
-        except ImportError:  # pragma: no cover - config is part of the package
-            return default
+        except ImportError:  # no config module: every flag has its default
+            config = None
         _config_module.append(config)
     return bool(getattr(_config_module[0], name, default))
 
