@@ -24,13 +24,13 @@ from ._module_base import nowrap as nowrap
 from ._module_base import wrap_descriptor_once as wrap_descriptor_once
 from ._module_base import wrap_method_once as wrap_method_once
 from ._module_context import InterceptorContext as InterceptorContext
+from ._module_context import ThreadLocalStack as ThreadLocalStack
 from ._module_context import _CallInfo as _CallInfo
 from ._module_context import _CallInfoContext as _CallInfoContext
-from ._module_context import _tabulate_context as _tabulate_context
-from ._module_context import ThreadLocalStack as ThreadLocalStack
 from ._module_context import _context as _context
 from ._module_context import _derive_profiling_name as _derive_profiling_name
 from ._module_context import _global_interceptor_stack as _global_interceptor_stack
+from ._module_context import _tabulate_context as _tabulate_context
 from ._module_context import _unspecified_parent as _unspecified_parent
 from ._module_context import disable_named_call as disable_named_call
 from ._module_context import enable_named_call as enable_named_call
