@@ -30,6 +30,7 @@ from ._module_context import _CallInfoContext as _CallInfoContext
 from ._module_context import _context as _context
 from ._module_context import _derive_profiling_name as _derive_profiling_name
 from ._module_context import _global_interceptor_stack as _global_interceptor_stack
+from ._module_context import _ParentSentinel as _ParentSentinel
 from ._module_context import _tabulate_context as _tabulate_context
 from ._module_context import _unspecified_parent as _unspecified_parent
 from ._module_context import disable_named_call as disable_named_call
@@ -50,6 +51,8 @@ from ._module_tree import _map_over_modules_in_tree as _map_over_modules_in_tree
 from ._module_tree import _map_submodules as _map_submodules
 from ._module_variables import tuple_init as tuple_init
 from ._module_variables import tuple_reduce as tuple_reduce
+
+_Sentinel = _ParentSentinel
 
 __all__ = [
     "CompactNameScope",
