@@ -1,160 +1,103 @@
-"""``adapters.errors``: the exception classes, under ``flax.errors``' names.
+"""``adapters.errors``: the exception classes, under ``flax.errors``' names and texts.
 
-Provisional (written by the Linen module helper while ``adapters.errors`` did not exist
-yet): the core errors are re-exported from ``adapters.core.errors``; the Linen Module
-errors are defined here with Flax's message texts.
+The classes are defined in ``adapters.core`` (the lowest layer that raises them) and are
+the same objects as ``adapters.core.errors``'.
 """
 
-from typing import Any
+from .core.errors import AlreadyExistsError as AlreadyExistsError
+from .core.errors import ApplyModuleInvalidMethodError as ApplyModuleInvalidMethodError
+from .core.errors import (
+    ApplyScopeInvalidVariablesStructureError as ApplyScopeInvalidVariablesStructureError,
+)
+from .core.errors import ApplyScopeInvalidVariablesTypeError as ApplyScopeInvalidVariablesTypeError
+from .core.errors import AssignSubModuleError as AssignSubModuleError
+from .core.errors import BranchVariableMismatchError as BranchVariableMismatchError
+from .core.errors import CallCompactUnboundModuleError as CallCompactUnboundModuleError
+from .core.errors import CallSetupUnboundModuleError as CallSetupUnboundModuleError
+from .core.errors import CallShareScopeOnUnboundModuleError as CallShareScopeOnUnboundModuleError
+from .core.errors import CallUnbindOnUnboundModuleError as CallUnbindOnUnboundModuleError
+from .core.errors import CarryVariableInitError as CarryVariableInitError
+from .core.errors import CoreError as CoreError
+from .core.errors import CursorFindError as CursorFindError
+from .core.errors import DescriptorAttributeError as DescriptorAttributeError
+from .core.errors import FlaxError as FlaxError
+from .core.errors import ImmutableVariableError as ImmutableVariableError
+from .core.errors import IncorrectPostInitOverrideError as IncorrectPostInitOverrideError
+from .core.errors import InvalidCheckpointError as InvalidCheckpointError
+from .core.errors import InvalidFilterError as InvalidFilterError
+from .core.errors import InvalidInstanceModuleError as InvalidInstanceModuleError
+from .core.errors import InvalidRngError as InvalidRngError
+from .core.errors import InvalidScopeError as InvalidScopeError
+from .core.errors import JaxTransformError as JaxTransformError
+from .core.errors import LazyInitError as LazyInitError
+from .core.errors import LiftError as LiftError
+from .core.errors import ModifyScopeVariableError as ModifyScopeVariableError
+from .core.errors import MPACheckpointingRequiredError as MPACheckpointingRequiredError
+from .core.errors import MPARestoreDataCorruptedError as MPARestoreDataCorruptedError
+from .core.errors import MPARestoreTargetRequiredError as MPARestoreTargetRequiredError
+from .core.errors import MultipleMethodsCompactError as MultipleMethodsCompactError
+from .core.errors import NameInUseError as NameInUseError
+from .core.errors import PartitioningUnspecifiedError as PartitioningUnspecifiedError
+from .core.errors import ReservedModuleAttributeError as ReservedModuleAttributeError
+from .core.errors import ScopeCollectionNotFound as ScopeCollectionNotFound
+from .core.errors import ScopeNameInUseError as ScopeNameInUseError
+from .core.errors import ScopeParamNotFoundError as ScopeParamNotFoundError
+from .core.errors import ScopeParamShapeError as ScopeParamShapeError
+from .core.errors import ScopeVariableNotFoundError as ScopeVariableNotFoundError
+from .core.errors import SetAttributeFrozenModuleError as SetAttributeFrozenModuleError
+from .core.errors import SetAttributeInModuleSetupError as SetAttributeInModuleSetupError
+from .core.errors import TraceContextError as TraceContextError
+from .core.errors import TransformedMethodReturnValueError as TransformedMethodReturnValueError
+from .core.errors import TransformTargetError as TransformTargetError
+from .core.errors import TraverseTreeError as TraverseTreeError
+from .core.errors import UnliftedCollectionError as UnliftedCollectionError
+from .core.errors import UnliftedRngError as UnliftedRngError
 
-import pytreemod as pm
-
-from .core.errors import *  # noqa: F403
-from .core.errors import CoreError, InvalidRngError  # noqa: F401
-
-
-class FlaxError(pm.PytreemodError):
-    """Base class of the Linen errors."""
-
-
-class NameInUseError(FlaxError):
-    """A name is used twice in one module (for submodules, params or variables).
-
-    Fix: give each submodule and variable a distinct name within its module.
-    """
-
-    def __init__(self, key_type: str, value: Any, module_name: str):
-        super().__init__(
-            f'Could not create {key_type} "{value}" in Module {module_name}: Name in use.'
-        )
-
-
-class AssignSubModuleError(FlaxError):
-    """A submodule was created outside ``setup`` and outside a ``@compact`` method.
-
-    Fix: create submodules in ``setup`` or decorate the method with ``@nn.compact``.
-    """
-
-    def __init__(self, cls: str):
-        super().__init__(
-            f"Submodule {cls} must be defined in `setup()` or in a method wrapped in `@compact`"
-        )
-
-
-class SetAttributeInModuleSetupError(FlaxError):
-    """A dataclass attribute was assigned in ``setup``; construction attributes are frozen."""
-
-    def __init__(self) -> None:
-        super().__init__("Module construction attributes are frozen.")
-
-
-class SetAttributeFrozenModuleError(FlaxError):
-    """An attribute of a module was set outside ``setup``; modules are frozen.
-
-    Fix: assign in ``setup``, or create a new module with ``module.clone(attr=value)``.
-    """
-
-    def __init__(self, module_cls: str, attr_name: str, attr_val: Any):
-        super().__init__(
-            f"Can't set {attr_name}={attr_val} for Module of type {module_cls}: Module "
-            "instance is frozen outside of setup method."
-        )
-
-
-class MultipleMethodsCompactError(FlaxError):
-    """More than one method of a class is ``@compact``."""
-
-    def __init__(self) -> None:
-        super().__init__("Only one method per class can be @compact")
-
-
-class ReservedModuleAttributeError(FlaxError):
-    """A module declares an attribute named ``parent`` or ``name`` (reserved)."""
-
-    def __init__(self, annotations: Any):
-        super().__init__(f"properties `parent` and `name` are reserved: {annotations}")
-
-
-class ApplyModuleInvalidMethodError(FlaxError):
-    """``apply(method=...)`` got something that is not a function taking the module."""
-
-    def __init__(self, method: Any):
-        super().__init__(f"Cannot call apply(): {method} is not a valid function for apply().")
-
-
-class CallCompactUnboundModuleError(FlaxError):
-    """A ``@compact`` method of an unbound module was called; use ``init``/``apply``."""
-
-    def __init__(self) -> None:
-        super().__init__("Can't call compact methods on unbound modules")
-
-
-class CallSetupUnboundModuleError(FlaxError):
-    """``setup`` of an unbound module was called; bind it or use ``init``/``apply``."""
-
-    def __init__(self) -> None:
-        super().__init__("Can't call compact methods on unbound modules")
-
-
-class CallUnbindOnUnboundModuleError(FlaxError):
-    """``unbind`` was called on a module that is not bound."""
-
-    def __init__(self) -> None:
-        super().__init__("Can't call `unbind()` on unbound modules")
-
-
-class CallShareScopeOnUnboundModuleError(FlaxError):
-    """``share_scope`` was called with an unbound module."""
-
-    def __init__(self) -> None:
-        super().__init__("Can't call `share_scope` on unbound modules")
-
-
-class InvalidInstanceModuleError(FlaxError):
-    """``init``/``apply``/``bind`` called on a Module class instead of an instance."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "Can only call init, init_with_output or apply methods on an instance of the "
-            "Module class, not the Module class itself"
-        )
-
-
-class IncorrectPostInitOverrideError(FlaxError):
-    """``__post_init__`` was overridden without calling ``super().__post_init__()``."""
-
-    def __init__(self) -> None:
-        super().__init__("Overrode `.__post_init__()` without calling `super().__post_init__()`")
-
-
-class DescriptorAttributeError(FlaxError):
-    """A property (or other descriptor) accessed an attribute that does not exist."""
-
-    def __init__(self) -> None:
-        super().__init__("Trying to access a property that is accessing a non-existent attribute.")
-
-
-class TransformedMethodReturnValueError(FlaxError):
-    """A transformed module method returned a Module or Variable."""
-
-    def __init__(self, name: str | None):
-        super().__init__(f"Transformed module method {name} cannot return Modules or Variables.")
-
-
-class TransformTargetError(FlaxError):
-    """A Linen transform was applied to something that is not a Module class or a
-    function taking a module."""
-
-    def __init__(self, target: Any):
-        super().__init__(
-            "Linen transformations must be applied to Modules classes or functions taking a "
-            f"Module instance as the first argument. The provided target is not a Module "
-            f"class or callable: {target}"
-        )
-
-
-class JaxTransformError(FlaxError):
-    """A JAX transform was applied across Flax module state."""
-
-    def __init__(self) -> None:
-        super().__init__("Jax transforms and Flax models cannot be mixed.")
+__all__ = [
+    "AlreadyExistsError",
+    "ApplyModuleInvalidMethodError",
+    "ApplyScopeInvalidVariablesStructureError",
+    "ApplyScopeInvalidVariablesTypeError",
+    "AssignSubModuleError",
+    "BranchVariableMismatchError",
+    "CallCompactUnboundModuleError",
+    "CallSetupUnboundModuleError",
+    "CallShareScopeOnUnboundModuleError",
+    "CallUnbindOnUnboundModuleError",
+    "CarryVariableInitError",
+    "CoreError",
+    "CursorFindError",
+    "DescriptorAttributeError",
+    "FlaxError",
+    "ImmutableVariableError",
+    "IncorrectPostInitOverrideError",
+    "InvalidCheckpointError",
+    "InvalidFilterError",
+    "InvalidInstanceModuleError",
+    "InvalidRngError",
+    "InvalidScopeError",
+    "JaxTransformError",
+    "LazyInitError",
+    "LiftError",
+    "MPACheckpointingRequiredError",
+    "MPARestoreDataCorruptedError",
+    "MPARestoreTargetRequiredError",
+    "ModifyScopeVariableError",
+    "MultipleMethodsCompactError",
+    "NameInUseError",
+    "PartitioningUnspecifiedError",
+    "ReservedModuleAttributeError",
+    "ScopeCollectionNotFound",
+    "ScopeNameInUseError",
+    "ScopeParamNotFoundError",
+    "ScopeParamShapeError",
+    "ScopeVariableNotFoundError",
+    "SetAttributeFrozenModuleError",
+    "SetAttributeInModuleSetupError",
+    "TraceContextError",
+    "TransformTargetError",
+    "TransformedMethodReturnValueError",
+    "TraverseTreeError",
+    "UnliftedCollectionError",
+    "UnliftedRngError",
+]

@@ -47,20 +47,13 @@ def _is_valid_rngs(rngs: Any) -> bool:
 
 
 def _check_variables(variables: Any) -> None:
-    if not isinstance(variables, Mapping):
-        raise ApplyScopeInvalidVariablesTypeError(f"got a {type(variables).__name__}.")
-    for col, value in variables.items():
-        if not isinstance(col, str):
-            raise ApplyScopeInvalidVariablesTypeError(
-                f"got the collection key {col!r} (a {type(col).__name__}); collection names "
-                "are strings."
-            )
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise ApplyScopeInvalidVariablesTypeError(
-                f"collection {col!r} is a {type(value).__name__}"
-                + ("" if not isinstance(value, Mapping) else " with non-string keys")
-                + ". Did you pass params instead of {'params': params}?"
-            )
+    if not isinstance(variables, Mapping) or not all(
+        isinstance(col, str)
+        and isinstance(value, Mapping)
+        and all(isinstance(k, str) for k in value)
+        for col, value in variables.items()
+    ):
+        raise ApplyScopeInvalidVariablesTypeError()
 
 
 def bind(
@@ -76,10 +69,7 @@ def bind(
     """
     _check_variables(variables)
     if rngs is not None and not _is_valid_rngs(rngs):
-        raise InvalidRngError(
-            "rngs should be a dict mapping stream names to PRNG keys "
-            f"(jax.random.key(...)), got {type(rngs).__name__}."
-        )
+        raise InvalidRngError("rngs should be a dictionary mapping strings to `jax.PRNGKey`.")
     filt = _filters.to_filter(mutable)
     own = {
         col: unfreeze(value) if _filters.in_filter(filt, col) else value
@@ -105,14 +95,14 @@ def apply(
             if _is_valid_rng(rngs):
                 rngs = {"params": rngs}
             elif not _is_valid_rngs(rngs):
-                raise InvalidRngError(
-                    "The rngs argument of an apply function should be a PRNG key or a dict "
-                    "mapping stream names to PRNG keys (jax.random.key(...))."
+                raise ValueError(
+                    "The ``rngs`` argument passed to an apply function should be a "
+                    "``jax.PRNGKey`` or a dictionary mapping strings to ``jax.PRNGKey``."
                 )
         if isinstance(variables, Mapping):
             params = variables.get("params")
             if isinstance(params, (dict, FrozenDict)) and "params" in params:
-                raise ApplyScopeInvalidVariablesStructureError()
+                raise ApplyScopeInvalidVariablesStructureError(variables)
         root = bind(variables, rngs=rngs, mutable=mutable, flags=flags)
         with root.temporary():
             y = fn(root, *args, **kwargs)
@@ -139,10 +129,9 @@ def init(
         if _is_valid_rng(rngs):
             rngs = {"params": rngs}
         elif not _is_valid_rngs(rngs):
-            raise InvalidRngError(
-                "The first argument of an init function should be a PRNG key or a dict "
-                "mapping stream names to PRNG keys (jax.random.key(...)), got "
-                f"{type(rngs).__name__}."
+            raise ValueError(
+                "First argument passed to an init function should be a ``jax.PRNGKey`` "
+                "or a dictionary mapping strings to ``jax.PRNGKey``."
             )
         init_flags = {**(flags or {}), "initializing": True}
         return apply(fn, mutable=mutable, flags=init_flags)({}, *args, rngs=rngs, **kwargs)

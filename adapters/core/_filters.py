@@ -34,11 +34,11 @@ def to_filter(spec: CollectionFilter) -> pm.Filter:
     if isinstance(spec, (set, frozenset)):
         spec = tuple(sorted(spec, key=repr))
     elif isinstance(spec, Mapping):
-        raise InvalidFilterError(
-            f"{spec!r} is not a collection filter; use a name, a list of names, True, False "
-            "or DenyList(...)."
-        )
-    result = pm.to_filter(spec)
+        raise InvalidFilterError(raw)
+    try:
+        result = pm.to_filter(spec)
+    except pm.InvalidFilterError as e:
+        raise InvalidFilterError(raw) from e
     try:
         if len(_NORMALIZED) < 4096:
             _NORMALIZED[raw] = result
@@ -51,11 +51,7 @@ def in_filter(filt: pm.Filter, name: str) -> bool:
     """Whether the (normalised) filter selects the whole collection/stream ``name``."""
     result = filt.matches_collection(name)
     if result is None:
-        raise InvalidFilterError(
-            f"The filter {filt!r} cannot decide whether collection {name!r} is selected: "
-            "collection filters select by name. Use a name, a list of names, True, False "
-            "or DenyList(...)."
-        )
+        raise InvalidFilterError(filt)
     return result
 
 

@@ -561,17 +561,12 @@ class Scope:
             transform = self._lift.unlifted_rng(name) if self._lift else None
             if transform is not None:
                 raise UnliftedRngError(
-                    f'The rng stream "{name}" is not lifted into the transform '
-                    f'"{transform}" (scope "{self.path_text}"): its rng filters do not match '
-                    f"it. Add it, e.g. split_rngs={{'{name}': True}} or rngs=['{name}']."
+                    f'{self.name} needs PRNG for "{name}". The rng stream "{name}" is not '
+                    f'lifted into the transform "{transform}": add it to its rng filters, '
+                    f"e.g. split_rngs={{'{name}': True}} or rngs=['{name}']."
                 )
             if "params" not in self.rngs:
-                have = ", ".join(repr(k) for k in self.rngs) or "none"
-                raise InvalidRngError(
-                    f'Scope "{self.path_text}" needs an rng stream "{name}" but none was '
-                    f"given (streams available: {have}). Pass rngs={{'{name}': key}} to "
-                    "init/apply."
-                )
+                raise InvalidRngError(f'{self.name} needs PRNG for "{name}"')
             name = "params"
         self._check_valid()
         counter = self.rng_counters[name] + 1

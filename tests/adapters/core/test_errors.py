@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import pytreemod as pm
-from adapters.core import Scope, _errors, apply, bind, init, lazy_init, lift, nn
+from adapters.core import Scope, _errors, _errors_linen, apply, bind, init, lazy_init, lift, nn
 from adapters.core.errors import (
     ApplyScopeInvalidVariablesStructureError,
     ApplyScopeInvalidVariablesTypeError,
@@ -57,7 +57,10 @@ def test_param_not_found_names_param_and_scope() -> None:
     def other(scope: Scope, x: jax.Array) -> jax.Array:
         return scope.child(dense, "renamed")(x, 3)
 
-    with pytest.raises(ScopeParamNotFoundError, match=r'"kernel" .*"params".*"/renamed"'):
+    with pytest.raises(
+        ScopeParamNotFoundError,
+        match=r'Could not find parameter named "kernel" in scope "/renamed"',
+    ):
         apply(other)(variables(), X)
 
 
@@ -74,9 +77,12 @@ def test_variable_not_found_names_collection() -> None:
         scope.variable("stats", "b", jnp.zeros, ())
 
     v = init(f)(jax.random.key(0))[1]
-    with pytest.raises(ScopeVariableNotFoundError, match=r'"b" in collection "stats".*"/"'):
+    with pytest.raises(
+        ScopeVariableNotFoundError,
+        match=r'No Variable named "b" for collection "stats" exists in "/"',
+    ):
         apply(g)(v)
-    with pytest.raises(ScopeVariableNotFoundError, match="no init_fn"):
+    with pytest.raises(ScopeVariableNotFoundError, match='"b" for collection "stats"'):
         apply(lambda s: s.variable("stats", "b"), mutable=True)(v)
 
 
@@ -94,7 +100,10 @@ def test_modify_immutable_collection() -> None:
         v.value = v.value + 1
 
     v = init(f)(jax.random.key(0))[1]
-    with pytest.raises(ModifyScopeVariableError, match=r'"n" in scope "/".*"stats" is immutable'):
+    with pytest.raises(
+        ModifyScopeVariableError,
+        match=r'Cannot update variable "n" in "/" because collection "stats" is immutable',
+    ):
         apply(f)(v)
 
 
@@ -103,14 +112,16 @@ def test_name_in_use() -> None:
         scope.child(dense, "a")(X, 2)
         scope.child(dense, "a")(X, 2)
 
-    with pytest.raises(ScopeNameInUseError, match=r'Name "a" is already in use in scope "/"'):
+    with pytest.raises(
+        ScopeNameInUseError, match=r'Duplicate use of scope name: "a" in scope \'/\''
+    ):
         init(f)(jax.random.key(0))
 
     def g(scope: Scope) -> None:
         scope.param("w", jax.nn.initializers.zeros, (1,))
         scope.param("w", jax.nn.initializers.zeros, (1,))
 
-    with pytest.raises(ScopeNameInUseError, match='collection "params"'):
+    with pytest.raises(ScopeNameInUseError, match='Duplicate use of scope name: "w"'):
         init(g)(jax.random.key(0))
 
 
@@ -141,7 +152,7 @@ def test_missing_rng_stream() -> None:
     def f(scope: Scope) -> jax.Array:
         return nn.dropout(scope, X, 0.5)
 
-    with pytest.raises(InvalidRngError, match=r'needs an rng stream "dropout".*rngs='):
+    with pytest.raises(InvalidRngError, match=r'^None needs PRNG for "dropout"'):
         apply(f)({})
 
 
@@ -151,11 +162,11 @@ def test_param_without_params_rng() -> None:
 
 
 def test_invalid_rng_arguments() -> None:
-    with pytest.raises(InvalidRngError, match="first argument of an init function"):
+    with pytest.raises(ValueError, match="First argument passed to an init function"):
         init(model)(3, X)
-    with pytest.raises(InvalidRngError, match="rngs argument of an apply function"):
+    with pytest.raises(ValueError, match="``rngs`` argument passed to an apply function"):
         apply(model)(variables(), X, rngs={"params": 3})
-    with pytest.raises(InvalidRngError, match="dict mapping stream names"):
+    with pytest.raises(InvalidRngError, match="rngs should be a dictionary mapping strings"):
         bind({}, rngs=[jax.random.key(0)])  # type: ignore[arg-type]
 
 
@@ -167,7 +178,10 @@ def test_unlifted_rng_stream() -> None:
         return lift.vmap(body, variable_axes={}, split_rngs={"params": True})(scope, x)
 
     rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
-    with pytest.raises(UnliftedRngError, match=r'"dropout" is not lifted into .*"vmap"'):
+    with pytest.raises(
+        UnliftedRngError,
+        match=r'needs PRNG for "dropout". The rng stream "dropout" is not lifted into .*"vmap"',
+    ):
         apply(f)({}, X, rngs=rngs)
 
 
@@ -309,16 +323,25 @@ def test_branches_must_create_the_same_variables() -> None:
 
 
 def test_invalid_variables_type() -> None:
-    with pytest.raises(ApplyScopeInvalidVariablesTypeError, match="got a ArrayImpl"):
+    with pytest.raises(
+        ApplyScopeInvalidVariablesTypeError, match="should be a dictionary of collections"
+    ):
         apply(model)(jnp.ones(3), X)
-    with pytest.raises(ApplyScopeInvalidVariablesTypeError, match="collection 'params' is a"):
+    with pytest.raises(
+        ApplyScopeInvalidVariablesTypeError,
+        match="Each collection should be a dictionary with string keys",
+    ):
         apply(model)({"params": jnp.ones(3)}, X)
-    with pytest.raises(ApplyScopeInvalidVariablesTypeError, match="collection key 3"):
+    with pytest.raises(
+        ApplyScopeInvalidVariablesTypeError, match="first argument passed to an apply function"
+    ):
         apply(model)({3: {}}, X)
 
 
 def test_invalid_variables_structure() -> None:
-    with pytest.raises(ApplyScopeInvalidVariablesStructureError, match='extra "params" level'):
+    with pytest.raises(
+        ApplyScopeInvalidVariablesStructureError, match=r"with an extra params layer"
+    ):
         apply(model)({"params": variables()}, X)
 
 
@@ -326,14 +349,14 @@ def test_lazy_init_dependency() -> None:
     def f(scope: Scope, x: jax.Array) -> None:
         scope.param("w", lambda key: x.sum(0))
 
-    with pytest.raises(LazyInitError, match=r"\['params'\]\['w'\].*ShapeDtypeStruct"):
+    with pytest.raises(LazyInitError, match=r"Lazy init encountered a value .*\['params'\]\['w'\]"):
         lazy_init(f)(jax.random.key(0), jax.ShapeDtypeStruct((2, 3), jnp.float32))
 
 
 def test_invalid_filter() -> None:
-    with pytest.raises(InvalidFilterError, match="not a collection filter"):
+    with pytest.raises(InvalidFilterError, match=re.escape("Invalid Filter: \"{'params': True}\"")):
         apply(model, mutable={"params": True})({}, X)
-    with pytest.raises(InvalidFilterError, match="cannot decide whether collection 'params'"):
+    with pytest.raises(InvalidFilterError, match='Invalid Filter: "PathContains'):
         apply(model, mutable=pm.PathContains("kernel"))(variables(), X)
 
 
@@ -343,15 +366,19 @@ def test_invalid_filter() -> None:
 def _error_classes() -> list[type]:
     return [
         obj
-        for _, obj in inspect.getmembers(_errors, inspect.isclass)
-        if obj.__module__ == _errors.__name__ and obj is not _errors.CoreError
+        for mod in (_errors, _errors_linen)
+        for _, obj in inspect.getmembers(mod, inspect.isclass)
+        if obj.__module__ == mod.__name__
     ]
 
 
-def test_every_error_is_documented_and_raised_in_a_test() -> None:
-    sources = "\n".join(p.read_text() for p in Path(__file__).parents[1].rglob("test_*.py"))
+def test_every_error_is_documented_and_every_raised_one_tested() -> None:
+    root = Path(__file__).parents[3]
+    library = "\n".join(p.read_text() for p in (root / "adapters").rglob("*.py"))
+    tests = "\n".join(p.read_text() for p in (root / "tests" / "adapters").rglob("test_*.py"))
     for cls in _error_classes():
-        assert cls.__doc__ and "Fix" in cls.__doc__, f"{cls.__name__} needs a Cause/Fix docstring"
-        assert issubclass(cls, _errors.CoreError) and issubclass(cls, pm.PytreemodError)
-        pattern = rf"pytest\.raises\(\s*{cls.__name__}\b"
-        assert re.search(pattern, sources), f"no test raises {cls.__name__}"
+        assert cls.__doc__, f"{cls.__name__} needs a docstring"
+        assert issubclass(cls, _errors.FlaxError) and issubclass(cls, pm.PytreemodError)
+        if re.search(rf"raise (errors\.)?{cls.__name__}\(", library):
+            pattern = rf"pytest\.raises\(\s*(errors\.)?{cls.__name__}\b"
+            assert re.search(pattern, tests), f"no test raises {cls.__name__}"
