@@ -58,6 +58,11 @@ from .attention import make_attention_mask as make_attention_mask
 from .attention import make_causal_mask as make_causal_mask
 from .batch_apply import BatchApply as BatchApply
 from .combinators import Sequential as Sequential
+from .fp8_ops import Fp8DirectDotGeneralOp as Fp8DirectDotGeneralOp
+from .fp8_ops import Fp8DotGeneral as Fp8DotGeneral
+from .fp8_ops import Fp8DotGeneralOp as Fp8DotGeneralOp
+from .fp8_ops import Fp8Einsum as Fp8Einsum
+from .fp8_ops import NANOOFp8DotGeneralOp as NANOOFp8DotGeneralOp
 from .initializers import ones as ones
 from .initializers import ones_init as ones_init
 from .initializers import zeros as zeros
