@@ -20,7 +20,7 @@ import functools
 import threading
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import jax
 from jax import lax
@@ -46,18 +46,21 @@ broadcast = _Broadcast()
 """``in_axes`` entry of ``lift.scan`` for an argument that is not scanned over."""
 
 
+_A = TypeVar("_A")
+
+
 @dataclasses.dataclass(frozen=True)
-class In:
+class In(Generic[_A]):
     """``variable_axes`` value used only for the transform's inputs."""
 
-    axis: Any
+    axis: _A
 
 
 @dataclasses.dataclass(frozen=True)
-class Out:
+class Out(Generic[_A]):
     """``variable_axes`` value used only for the transform's outputs."""
 
-    axis: Any
+    axis: _A
 
 
 def _split_in_out_axes(xs: Mapping[Any, Any]) -> tuple[dict[Any, Any], dict[Any, Any]]:

@@ -1,6 +1,7 @@
 """``adapters.errors`` has every ``flax.errors`` class, with Flax's arguments and texts."""
 
 import inspect
+from typing import Any
 
 import flax.errors as flax_errors
 import pytest
@@ -52,9 +53,8 @@ def test_same_signature_base_and_message(name: str) -> None:
     flax_params = list(inspect.signature(theirs.__init__).parameters)
     our_params = list(inspect.signature(ours.__init__).parameters)
     assert our_params[: len(flax_params)] == flax_params
-    args = _sample_args(theirs)
-    if args is None:
-        args = ("some message",)
+    sample = _sample_args(theirs)
+    args: tuple[Any, ...] = ("some message",) if sample is None else sample
     assert str(ours(*args)) == str(theirs(*args))
 
 
