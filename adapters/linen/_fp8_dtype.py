@@ -14,8 +14,8 @@ from jax import lax
 from jax._src import core, dtypes
 
 try:
-    from jax._src import earray
-    from jax._src.interpreters import pxla
+    from jax._src import earray as _earray  # noqa: F401
+    from jax._src.interpreters import pxla as _pxla  # noqa: F401
 
     CAN_USE_EARRAY = True
 except (ModuleNotFoundError, ImportError):  # pragma: no cover - older JAX
@@ -61,6 +61,9 @@ class _Fp8MetaRules:
     def global_sharded_result_handler(aval: Any, out_sharding: Any, committed: Any) -> Any:
         if not CAN_USE_EARRAY:
             raise NotImplementedError("convert back under the jit")
+        from jax._src import earray
+        from jax._src.interpreters import pxla
+
         physical = core.physical_aval(aval)
         handler = pxla.global_result_handlers[core.ShapedArray](physical, out_sharding, committed)
         return lambda bufs: earray.EArray(aval, handler(bufs))
@@ -75,13 +78,13 @@ class fp8_meta_dtype_wrapper(dtypes.ExtendedDType):
     """An fp8 meta dtype over ``float_dtype``."""
 
     float_dtype: Any
-    _rules: type = _Fp8MetaRules
-    type: type = fp8_meta_dtype
+    _rules: Any = _Fp8MetaRules
+    type: Any = fp8_meta_dtype
 
     def __repr__(self) -> str:
         return f"fp8_meta{dtypes.finfo(self.float_dtype).bits}"
 
-    name = property(__repr__)  # type: ignore[assignment]
+    name = property(__repr__)  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
 
 
 fm32 = fp8_meta_dtype_wrapper(jax.numpy.float32)

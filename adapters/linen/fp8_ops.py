@@ -303,7 +303,7 @@ def _quantized_dot_bwd(
     new_grad_scale, new_grad_history = update_fp8_meta(g, jnp.float8_e5m2, grad_scale, grad_history)
     g_scale = _as_float32(new_grad_scale)
     q_g = quantize(g, jnp.float8_e5m2, g_scale, preferred_element_type)
-    options = dict(
+    options: dict[str, Any] = dict(
         dimension_numbers=dimension_numbers,
         precision=lax.Precision.HIGHEST,
         preferred_element_type=preferred_element_type,
@@ -316,6 +316,11 @@ def _quantized_dot_bwd(
 
 
 quantized_dot.defvjp(_quantized_dot_fwd, _quantized_dot_bwd)
+
+
+def _pair(value: Any) -> tuple[Any, Any]:
+    first, second = value
+    return first, second
 
 
 def fp8_scaled_dot_general(
@@ -342,8 +347,12 @@ def fp8_scaled_dot_general(
             stacklevel=2,
         )
     e4m3 = jnp.float8_e4m3fn
-    q_lhs, new_lhs_scale = in_q(quantize_compute_type, e4m3, lhs, lhs_scale, lhs_amax_history)
-    q_rhs, new_rhs_scale = in_q(quantize_compute_type, e4m3, rhs, rhs_scale, rhs_amax_history)
+    q_lhs, new_lhs_scale = _pair(
+        in_q(quantize_compute_type, e4m3, lhs, lhs_scale, lhs_amax_history)
+    )
+    q_rhs, new_rhs_scale = _pair(
+        in_q(quantize_compute_type, e4m3, rhs, rhs_scale, rhs_amax_history)
+    )
     y = quantized_dot(
         lhs,
         q_lhs,

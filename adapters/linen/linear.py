@@ -42,9 +42,7 @@ __all__ = [
 class PromoteDtypeFn(Protocol):
     """The signature of ``promote_dtype``: arrays (or ``None``) to one dtype."""
 
-    def __call__(
-        self, *args: jax.Array | None, dtype: Any = None, inexact: bool = True
-    ) -> list[jax.Array | None]: ...
+    def __call__(self, *args: Any, dtype: Any = None, inexact: bool = True) -> list[Any]: ...
 
 
 default_kernel_init = initializers.lecun_normal()
@@ -298,7 +296,7 @@ class _Conv(Module):
         kernel_size = _kernel_size(self.kernel_size)
         padding = _padding(self.padding, len(kernel_size))
         in_features = jnp.shape(inputs)[-1]
-        options = dict(
+        options: dict[str, Any] = dict(
             strides=self.strides,
             padding=padding,
             input_dilation=self.input_dilation,
