@@ -551,10 +551,24 @@ class Module(ModuleBase, _ApplyMixin):
                 self.setup()
                 if self._compact_name_scope_methods:
                     self._setup_compact_name_scopes()
+            elif state.setup_called == SetupState.NEW:
+                self._validate_setup()
         finally:
             state.in_setup = False
             if not shallow:
                 state.setup_called = SetupState.DONE
+
+    def _validate_setup(self) -> None:
+        """Run ``setup`` abstractly on a throwaway clone, so that name collisions and
+        other Python errors in it surface before a lifted transform runs it."""
+        if type(self).setup is Module.setup:
+            return  # nothing to check
+
+        def run_setup_only(x: Any) -> Any:
+            with TestScope({}, rngs={}, mutable=True).temporary() as root:
+                return _identity_method(self.clone(parent=root), x)
+
+        jax.eval_shape(run_setup_only, 0)
 
     def _setup_compact_name_scopes(self) -> None:
         scope_cls = _compact_name_scope_type()
@@ -640,6 +654,15 @@ class Module(ModuleBase, _ApplyMixin):
 
 
 _MISSING = object()
+
+# The root scope of ``_validate_setup``'s abstract run: every rng is a constant key.
+TestScope = type("TestScope", (Scope,), {"make_rng": lambda self, name="params": jax.random.key(0)})
+
+
+@wrap_method_once
+def _identity_method(module: Any, x: Any) -> Any:
+    return x
+
 
 # The annotation of every subclass's ``parent`` field (needs ``Module`` itself).
 _ParentType = Module | Scope | _ParentSentinel | None

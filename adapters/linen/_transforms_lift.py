@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 
-from .. import errors
+from .. import errors, serialization
 from ..core import DenyList, LazyRng, Scope, Variable
 from ._module_apply import _get_unbound_fn
 from ._module_base import Module, wrap_method_once
@@ -91,13 +91,14 @@ def get_module_scopes(
             return memo[key]
         return x
 
-    new_args, new_kwargs = jax.tree.map(arg_scope, (args, kwargs), is_leaf=_is_leaf)
-    seen: set[int] = set()
+    new_args, new_kwargs = _map_args(arg_scope, (args, kwargs), _is_leaf)
 
     def module_scopes(m: Module) -> None:
-        if m._id in seen:
+        # One memo for arguments and attributes: a module passed both ways (or twice)
+        # contributes one scope.
+        if m._id in memo:
             return
-        seen.add(m._id)
+        memo[m._id] = m
         m._try_setup(shallow=True)
         for leaf in jax.tree.leaves(_field_attrs(m), is_leaf=_is_leaf):
             if _is_bound(leaf, Module):
@@ -112,6 +113,18 @@ def get_module_scopes(
 
 def _is_leaf(x: Any) -> bool:
     return isinstance(x, (Module, Variable))
+
+
+def _map_args(fn: Callable[[Any], Any], tree: Any, is_leaf: Callable[[Any], bool]) -> Any:
+    """``jax.tree.map(fn, tree, is_leaf=is_leaf)`` that also walks dicts whose keys do
+    not sort (``{'params': False, DenyList('params'): True}`` in ``split_rngs``)."""
+    if is_leaf(tree):
+        return fn(tree)
+    if type(tree) is dict:
+        return {k: _map_args(fn, v, is_leaf) for k, v in tree.items()}
+    if type(tree) in (list, tuple):
+        return type(tree)(_map_args(fn, v, is_leaf) for v in tree)
+    return jax.tree.map(fn, tree, is_leaf=is_leaf)
 
 
 def set_module_scopes(
@@ -144,12 +157,11 @@ def set_module_scopes(
             return memo[x.id]
         return x
 
-    new_args, new_kwargs = jax.tree.map(set_arg_scope, (args, kwargs), is_leaf=is_placeholder)
-    done: dict[int, Module] = {}
+    new_args, new_kwargs = _map_args(set_arg_scope, (args, kwargs), is_placeholder)
 
     def set_scopes(m: Module) -> Module:
-        if m._id in done:
-            return done[m._id]
+        if m._id in memo:
+            return memo[m._id]
 
         def inner(x: Any) -> Any:
             if _is_bound(x, Module):
@@ -160,7 +172,7 @@ def set_module_scopes(
 
         attrs = jax.tree.map(inner, _field_attrs(m), is_leaf=_is_leaf)
         new = m.clone(parent=next_scope(), **attrs)
-        done[m._id] = new
+        memo[m._id] = new
         return new
 
     new_module = set_scopes(module)
@@ -381,6 +393,11 @@ def _fingerprint(obj: Any, path: tuple[str, ...], seen: dict[int, int]) -> Any:
         )
     if isinstance(obj, DenyList):
         return (type(obj), _fingerprint(obj.deny, (*path, "deny"), seen))  # type: ignore[attr-defined]
+    if isinstance(obj, dict):
+        return tuple((k, _fingerprint(v, (*path, str(k)), seen)) for k, v in obj.items())
+    if serialization.is_serializable(obj):
+        state = serialization.to_state_dict(obj)
+        return (type(obj), _fingerprint(state, path, seen))
     if isinstance(obj, Mapping):
         return tuple((k, _fingerprint(v, (*path, str(k)), seen)) for k, v in obj.items())
     if isinstance(obj, (list, tuple)):
