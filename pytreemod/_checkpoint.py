@@ -112,6 +112,8 @@ def _to_numpy(leaf: Any, where: str) -> np.ndarray:
             "with Orbax (see docs/checkpoints.md), which saves each process's shards."
         )
     data = np.asarray(leaf)
+    if data.dtype.byteorder == ">":  # the file is little-endian, raw bytes included
+        data = data.astype(data.dtype.newbyteorder("<"))
     return data if data.flags.c_contiguous else data.copy(order="C")
 
 

@@ -340,6 +340,19 @@ def test_numpy_leaves_keep_64_bit_dtypes(ckpt: str, dtype: Any) -> None:
     assert_same(back, {"x": value})
 
 
+def test_big_endian_and_strided_numpy_arrays(ckpt: str) -> None:
+    tree = {
+        "be": np.arange(4, dtype=">f8"),
+        "bec": np.arange(3, dtype=">c16"),
+        "strided": np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2],
+    }
+    pm.save(ckpt, tree)
+    like = {k: np.zeros(v.shape, v.dtype.newbyteorder("=")) for k, v in tree.items()}
+    back = pm.load(ckpt, like)
+    for k, v in tree.items():
+        np.testing.assert_array_equal(back[k], v)
+
+
 def test_empty_trees_and_empty_arrays(ckpt: str) -> None:
     pm.save(ckpt, {})
     assert pm.load(ckpt, {}) == {}
