@@ -108,6 +108,7 @@ from .spmd import set_logical_axis_rules as set_logical_axis_rules
 from .spmd import with_logical_constraint as with_logical_constraint
 from .spmd import with_logical_partitioning as with_logical_partitioning
 from .stochastic import Dropout as Dropout
+from .summary import tabulate as tabulate
 from .transforms import add_metadata_axis as add_metadata_axis
 from .transforms import checkpoint as checkpoint
 from .transforms import cond as cond
