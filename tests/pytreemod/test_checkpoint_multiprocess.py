@@ -1,0 +1,185 @@
+"""Two processes (4 CPU devices each, ``jax.distributed`` on loopback) against one process
+with 8 devices: the same sharded training step gives the same loss, and an Orbax
+checkpoint the two processes write together restores in one process.
+
+The test starts two copies of this file as workers (``python -m
+tests.pytreemod.test_checkpoint_multiprocess <id> <port> <folder>``), bounded in time;
+their process groups are killed if they overrun.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import pytreemod as pm
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RULES = (("batch", "data"), ("embed", None), ("mlp", "model"))
+
+
+class Dense(pm.Module):
+    kernel: pm.Param
+    bias: pm.Param
+
+
+class MLP(pm.Module):
+    up: Dense
+    down: Dense
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        up, down = pm.unbox(self.up), pm.unbox(self.down)
+        h = jax.nn.relu(x @ up.kernel.value + up.bias.value[None])
+        return h @ down.kernel.value + down.bias.value[None]
+
+
+def make_mlp(key: jax.Array) -> MLP:
+    k1, k2 = jax.random.split(key)
+    box = pm.LogicallyPartitioned
+    return MLP(
+        Dense(
+            pm.Param(box(jax.random.normal(k1, (8, 16)) * 0.3, ("embed", "mlp"), rules=RULES)),
+            pm.Param(box(jnp.zeros(16), ("mlp",), rules=RULES)),
+        ),
+        Dense(
+            pm.Param(box(jax.random.normal(k2, (16, 8)) * 0.3, ("mlp", "embed"), rules=RULES)),
+            pm.Param(box(jnp.zeros(8), ("embed",), rules=RULES)),
+        ),
+    )
+
+
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((16, 8), np.float32), rng.standard_normal((16, 8), np.float32)
+
+
+def make_mesh() -> jax.sharding.Mesh:
+    auto = jax.sharding.AxisType.Auto
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(auto, auto))
+
+
+def place(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    """A global array from a value every process holds in full."""
+    full = np.asarray(x)
+    return jax.make_array_from_callback(full.shape, sharding, lambda index: full[index])
+
+
+def train(mesh: jax.sharding.Mesh, steps: int = 3) -> tuple[list[float], pm.Structure, Any]:
+    """SGD steps of the MLP sharded over ``mesh`` (data over 'data', hidden over 'model')."""
+    structure, state = pm.partition(make_mlp(jax.random.key(0)))
+    shardings = pm.get_sharding(state, mesh)
+    state = jax.tree.map(
+        lambda s, x: x.replace_boxed(place(x.value, s)),
+        shardings,
+        state,
+        is_leaf=lambda x: isinstance(x, jax.sharding.Sharding),
+    )
+    batch = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    x, y = (place(a, batch) for a in data())
+    optimizer = optax.sgd(0.1)
+    opt_state = optimizer.init(state)
+
+    @jax.jit
+    def step(state: Any, opt_state: Any, x: jax.Array, y: jax.Array) -> Any:
+        def loss_fn(state: Any) -> jax.Array:
+            return jnp.mean((pm.combine(structure, state)(x) - y) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(state)
+        updates, opt_state = optimizer.update(grads, opt_state)
+        return optax.apply_updates(state, updates), opt_state, loss
+
+    losses = []
+    for _ in range(steps):
+        state, opt_state, loss = step(state, opt_state, x, y)
+        losses.append(float(loss))
+    return losses, structure, state
+
+
+def worker(process_id: int, port: int, folder: str) -> None:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
+    assert (jax.process_count(), jax.device_count(), jax.local_device_count()) == (2, 8, 4)
+    import orbax.checkpoint as ocp
+
+    mesh = make_mesh()
+    losses, _, state = train(mesh)
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(os.path.join(folder, "ckpt"), state)
+    checkpointer.wait_until_finished()
+    try:  # one file cannot hold arrays split over processes
+        pm.save(os.path.join(folder, f"single{process_id}.safetensors"), state)
+        single = "saved"
+    except pm.CheckpointError as e:
+        single = str(e)
+    with open(os.path.join(folder, f"worker{process_id}.json"), "w") as f:
+        json.dump({"losses": losses, "single": single}, f)
+    jax.distributed.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_match_one_and_share_a_checkpoint(tmp_path: pathlib.Path) -> None:
+    port = _free_port()
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    module = "tests.pytreemod.test_checkpoint_multiprocess"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", module, str(i), str(port), str(tmp_path)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for i in range(2)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=180)
+            outputs.append(out.decode(errors="replace")[-3000:])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
+    results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
+
+    mesh = make_mesh()
+    losses, structure, state = train(mesh)
+    for r in results:
+        np.testing.assert_allclose(r["losses"], losses, rtol=1e-5, atol=1e-6)
+        assert "split over several processes" in r["single"]
+
+    import orbax.checkpoint as ocp
+
+    skeleton = pm.eval_shape(make_mlp, jax.random.key(0))
+    target = pm.abstract(pm.state(skeleton), mesh)
+    restored = ocp.StandardCheckpointer().restore(tmp_path / "ckpt", target)
+    model = pm.combine(structure, restored)
+    assert model.up.kernel.value.value.sharding.spec == jax.sharding.PartitionSpec(None, "model")
+    for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        pytest.exit("usage: python -m tests.pytreemod.test_checkpoint_multiprocess ID PORT DIR")
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
