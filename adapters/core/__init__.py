@@ -10,9 +10,14 @@ layers). Filters (``DenyList``...) and boxes are pytreemod's; every lifted trans
 from jax import Array as Array
 
 from . import errors as errors
+from . import frozen_dict as frozen_dict
 from . import lift as lift
 from . import meta as meta
 from . import nn as nn
+from . import scope as scope
+from . import spmd as spmd
+from . import tracers as tracers
+from . import variables as variables
 from ._apply import apply as apply
 from ._apply import bind as bind
 from ._apply import init as init
@@ -41,6 +46,8 @@ from ._scope import Variable as Variable
 from .meta import AxisMetadata as AxisMetadata
 from .meta import map_axis_meta as map_axis_meta
 from .meta import unbox as unbox
+from .tracers import check_trace_level as check_trace_level
+from .tracers import current_trace as current_trace
 
 __all__ = [
     "Array",
@@ -53,8 +60,10 @@ __all__ = [
     "apply",
     "bind",
     "broadcast",
+    "check_trace_level",
     "checkpoint",
     "copy",
+    "current_trace",
     "custom_vjp",
     "errors",
     "freeze",

@@ -10,6 +10,8 @@ combining filters, and grouping a variables dict into groups (first match wins).
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
+
 import pytreemod as pm
 
 from ._errors import InvalidFilterError
@@ -118,3 +120,103 @@ def group_collections(
                 group[col] = value
                 break
     return tuple(groups)
+
+
+# ----------------------------------------------------------------------------- Flax's algebra
+
+
+def _sorted_sets(spec: Any) -> Any:
+    return tuple(sorted(spec, key=repr)) if isinstance(spec, (set, frozenset)) else spec
+
+
+class DenyList(pm.DenyList):
+    """``DenyList(f)`` selects every collection ``f`` does not (pytreemod's ``DenyList``;
+    a set of names is accepted, as in Flax, and equals the same names as a list)."""
+
+    def __init__(self, deny: CollectionFilter):
+        super().__init__(_sorted_sets(deny))
+
+
+def filter_to_set(x: CollectionFilter) -> set[str]:
+    """The set of names a finite filter selects (``False`` -> ``set()``)."""
+    assert x is not True and not isinstance(x, pm.Not), "Infinite set"
+    if x is False or x is None or isinstance(x, pm.Nothing):
+        return set()
+    if isinstance(x, str):
+        return {x}
+    if isinstance(x, pm.Collection):
+        return {x.name}
+    if isinstance(x, pm.Any) and all(isinstance(f, pm.Collection) for f in x.filters):
+        return {f.name for f in x.filters}  # type: ignore[attr-defined]
+    if isinstance(x, (list, tuple, set, frozenset)):
+        return set(x)
+    raise InvalidFilterError(x)
+
+
+def _is_true(x: CollectionFilter) -> bool:
+    return x is True or x is Ellipsis or isinstance(x, pm.Everything)
+
+
+def union_filters(a: CollectionFilter, b: CollectionFilter) -> CollectionFilter:
+    """A filter selecting what ``a`` or ``b`` selects (``True``, a ``DenyList`` or a set)."""
+    if _is_true(a) or _is_true(b):
+        return True
+    if isinstance(a, pm.Not) and isinstance(b, pm.Not):
+        return DenyList(intersect_filters(a.filter, b.filter))
+    if isinstance(b, pm.Not):
+        a, b = b, a
+    if isinstance(a, pm.Not):
+        return DenyList(subtract_filters(a.filter, b))
+    return filter_to_set(a) | filter_to_set(b)
+
+
+def subtract_filters(a: CollectionFilter, b: CollectionFilter) -> CollectionFilter:
+    """A filter selecting what ``a`` selects and ``b`` does not."""
+    if _is_true(b):
+        return False
+    if _is_true(a):
+        return DenyList(b)
+    if isinstance(a, pm.Not) and isinstance(b, pm.Not):
+        return subtract_filters(b.filter, a.filter)
+    if isinstance(a, pm.Not):
+        return DenyList(union_filters(a.filter, b))
+    if isinstance(b, pm.Not):
+        return intersect_filters(a, b.filter)
+    return filter_to_set(a) - filter_to_set(b)
+
+
+def intersect_filters(a: CollectionFilter, b: CollectionFilter) -> CollectionFilter:
+    """A filter selecting what both ``a`` and ``b`` select."""
+    if _is_true(a):
+        return b
+    if _is_true(b):
+        return a
+    if isinstance(a, pm.Not) and isinstance(b, pm.Not):
+        return DenyList(union_filters(b.filter, a.filter))
+    if isinstance(b, pm.Not):
+        a, b = b, a
+    if isinstance(a, pm.Not):
+        return subtract_filters(b, a.filter)
+    return filter_to_set(a) & filter_to_set(b)
+
+
+def in_filter_like(filter_like: CollectionFilter, col: Any) -> bool:
+    """Whether ``filter_like`` (any collection-filter form) selects collection ``col``."""
+    if isinstance(filter_like, str):
+        return col == filter_like
+    if isinstance(filter_like, bool):
+        return filter_like
+    if isinstance(filter_like, pm.Filter):
+        return in_filter(filter_like, col)
+    if isinstance(filter_like, (list, tuple, set, frozenset)):
+        return col in filter_like
+    return in_filter(to_filter(filter_like), col)
+
+
+def group_collections_copy(
+    xs: Mapping[str, Any], col_filters: Sequence[CollectionFilter]
+) -> tuple[dict[str, Any], ...]:
+    """Flax's ``group_collections``: one dict per filter, each collection in the first
+    group whose filter selects it; the values' containers are copied."""
+    groups = group_collections(xs, [to_filter(f) for f in col_filters])
+    return tuple({col: jax.tree.map(lambda v: v, val) for col, val in g.items()} for g in groups)

@@ -30,6 +30,7 @@ import numpy as np
 
 import pytreemod as pm
 
+from .. import config as _config
 from . import _filters
 from ._errors import (
     InvalidRngError,
@@ -47,8 +48,7 @@ from ._frozen_dict import FrozenDict
 
 T = TypeVar("T")
 
-DenyList = pm.DenyList
-"""``DenyList(f)`` selects every collection ``f`` does not (pytreemod's filter)."""
+DenyList = _filters.DenyList
 
 _EMPTY: FrozenDict[str, Any] = FrozenDict()
 
@@ -57,15 +57,20 @@ _EMPTY: FrozenDict[str, Any] = FrozenDict()
 
 
 def _hash32(parts: tuple[Any, ...]) -> np.uint32:
+    """Flax's static-data hash: the first 4 bytes of SHA-1 over the parts (strings as
+    UTF-8, ints as minimal big-endian bytes), each preceded by a NUL byte when the
+    ``flax_fix_rng_separator`` flag is set. Keys therefore equal Flax's."""
+    separate = _config.flax_fix_rng_separator
     m = hashlib.sha1()
     for part in parts:
-        m.update(b"\x00")
+        if separate:
+            m.update(b"\x00")
         if isinstance(part, str):
-            m.update(b"s" + part.encode("utf-8"))
+            m.update(part.encode("utf-8"))
         elif isinstance(part, int):
-            m.update(b"i" + part.to_bytes((part.bit_length() + 8) // 8, "big", signed=True))
+            m.update(part.to_bytes((part.bit_length() + 7) // 8, byteorder="big"))
         else:
-            raise TypeError(f"rng path parts must be str or int, got {part!r}.")
+            raise ValueError(f"Expected int or string, got: {part}")
     return np.uint32(int.from_bytes(m.digest()[:4], "big"))
 
 
@@ -85,11 +90,25 @@ class LazyRng:
             return LazyRng(rng.rng, rng.suffix + suffix)
         return LazyRng(rng, suffix)
 
+    def clear_suffix(self) -> "LazyRng":
+        """The same root key without the suffix."""
+        return LazyRng(self.rng, ())
+
+    def __repr__(self) -> str:
+        return f"LazyRng(rng={self.rng!r}, suffix={self.suffix!r})"
+
     def as_jax_rng(self) -> jax.Array:
         """The key: ``fold_in(rng, hash(suffix))`` (the rng itself when there is no suffix)."""
         if not self.suffix:
             return self.rng
         return jax.random.fold_in(self.rng, _hash32(self.suffix))
+
+
+jax.tree_util.register_pytree_with_keys(
+    LazyRng,
+    lambda r: (((jax.tree_util.GetAttrKey("rng"), r.rng),), r.suffix),
+    lambda suffix, children: LazyRng(next(iter(children)), suffix),
+)
 
 
 # ----------------------------------------------------------------------------- lifting

@@ -7,7 +7,12 @@ The names of ``flax.core.nn``: ``dense``, ``dense_general``, ``conv``, ``conv_tr
 """
 
 from . import activation as activation
+from . import attention as attention
 from . import initializers as initializers
+from . import linear as linear
+from . import normalization as normalization
+from . import pooling as pooling
+from . import stochastic as stochastic
 from ._attention import dot_product_attention as dot_product_attention
 from ._attention import multi_head_dot_product_attention as multi_head_dot_product_attention
 from ._linear import Embedding as Embedding
