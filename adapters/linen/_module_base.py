@@ -49,6 +49,7 @@ from ._module_tree import (
     _map_over_modules_in_tree,
     _map_submodules,
 )
+from .kw_only_dataclasses import inherit_kw_only
 
 M = TypeVar("M", bound="Module")
 _CallableT = TypeVar("_CallableT", bound=Callable[..., Any])
@@ -263,6 +264,7 @@ def _dataclass_transform(cls: type, kw_only: bool) -> None:
             repr=False, default=_unspecified_parent, kw_only=True
         )
         cls.name = dataclasses.field(default=None, kw_only=True)  # type: ignore[attr-defined]
+        inherit_kw_only(cls)
         dataclasses.dataclass(
             cls, unsafe_hash="__hash__" not in cls.__dict__, repr=False, kw_only=kw_only
         )

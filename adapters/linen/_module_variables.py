@@ -138,8 +138,10 @@ class _VariablesMixin:
         return self._bound_scope("access variables").variables()
 
     def get_variable(self, col: str, name: str, default: Any = None) -> Any:
-        """The value of variable ``name`` in ``col``, or ``default``."""
-        return self._bound_scope("access variables").get_variable(col, name, default)
+        """The stored value of variable ``name`` in ``col`` (axis-metadata boxes kept, as
+        in Flax), or ``default``."""
+        scope = self._bound_scope("access variables")
+        return scope.get_variable(col, name, default, unbox=False)
 
     def put_variable(self, col: str, name: str, value: Any) -> None:
         """Set variable ``name`` of (mutable) collection ``col`` to ``value``."""

@@ -86,7 +86,6 @@ def get_module_scopes(
                 x._try_setup(shallow=True)
                 scopes.append(x.scope)  # type: ignore[arg-type]
                 attrs = jax.tree.map(arg_scope, _field_attrs(x), is_leaf=_is_leaf)
-                attrs.pop("name", None)
                 memo[key] = _InstancePlaceholder(type(x), attrs, key)
             return memo[key]
         return x
