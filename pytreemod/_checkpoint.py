@@ -223,7 +223,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
 
     Every path, collection, shape, dtype and tie is checked before any tensor is read: a
     difference raises ``CheckpointMismatchError`` naming the file, the path and both
-    shapes/dtypes; a malformed file raises ``CheckpointFormatError``.
+    shapes/dtypes; a malformed file raises ``CheckpointFormatError``. Variables the file
+    ties together come back as one Variable even where ``like`` has separate ones of the
+    same type (``jax.eval_shape`` and ``jax.tree.map`` rebuild every place separately);
+    a bare array (not in a Variable) matches an entry of any collection.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -237,7 +240,7 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
             names = list(f.keys())
             shapes = {n: _slice_info(f, n) for n in names}
             header = fmt.parse_header(f.metadata(), shapes, path)
-            selected = _check(path, structure, values, keys, header, pred)
+            selected, ties = _check(path, structure, values, keys, header, pred)
             loaded = {slot: _read(f, path, header.entries[keys[slot]]) for slot in selected}
     except (CheckpointError, jax.errors.JaxRuntimeError):
         raise
@@ -246,6 +249,11 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
             f"{path!r}: cannot be read as a safetensors checkpoint: {e}. The file is "
             "truncated, corrupted or not a checkpoint; nothing was loaded."
         ) from None
+    if ties:
+        alias = tuple(ties.get(i, a) for i, a in enumerate(structure.alias))
+        structure = Structure(
+            structure.treedef, structure.leaves, structure.paths, structure.types, alias
+        )
     out: list[Any] = []
     for slot, value in enumerate(values):
         if structure.alias[slot] is not None:
@@ -283,12 +291,16 @@ def _check(
     keys: list[str],
     header: fmt.Header,
     pred: Any,
-) -> list[int]:
-    """Every difference between the file and ``like``; the slots to read if none."""
+) -> tuple[list[int], dict[int, int]]:
+    """Every difference between the file and ``like``. Returns the slots to read, and the
+    slots the file ties to another slot where ``like`` has separate Variables (as in a
+    skeleton from ``jax.eval_shape``, which does not keep ties): they are tied again."""
     problems: list[str] = []
     selected: list[int] = []
     used: set[str] = set()
+    ties: dict[int, int] = {}
     everything = isinstance(pred, Everything)
+    slot_of = {keys[s]: s for s in range(len(keys)) if structure.alias[s] is None}
     for slot, value in enumerate(values):
         key = keys[slot]
         first = structure.alias[slot]
@@ -307,27 +319,38 @@ def _check(
         if not (everything or pred(structure.paths[slot], value)):
             continue
         used.add(key)
-        entry = header.entries.get(key)
+        alias = header.aliases.get(key)
+        entry = header.entries.get(alias.of if alias is not None else key)
         if entry is None:
-            state = "shares another entry's Variable" if key in header.aliases else "is missing"
-            problems.append(f"{at} {state} in the file (collection {structure.collection(slot)!r})")
+            problems.append(
+                f"{at} is missing in the file (collection {structure.collection(slot)!r})"
+            )
             continue
-        _, leaf = _peel(value)
-        want = _dtype_name(leaf)
-        want_shape = tuple(getattr(leaf, "shape", ()))
-        if want is None:
-            problems.append(f"{at} is {type(leaf).__name__} in the model, not an array")
-        elif entry.shape != want_shape or entry.dtype != want:
+        if alias is not None:
+            target = slot_of.get(alias.of)
+            if (
+                target is None
+                or type(values[target]) is not type(value)
+                or structure.types[slot] is None
+            ):
+                problems.append(
+                    f"{at} shares the Variable of {alias.of!r} in the file, but the model has "
+                    "no Variable of the same type there to share"
+                )
+                continue
+            ties[slot] = target
+        problem = _difference(structure, slot, value, entry)
+        if problem:
+            problems.append(f"{at}{problem}")
+        if alias is None:
+            selected.append(slot)
+    selected_set = set(selected)
+    for slot, target in ties.items():
+        if target not in selected_set:
             problems.append(
-                f"{at}: the file has {_describe(entry.dtype, entry.shape)}, the model has "
-                f"{_describe(want, want_shape)}"
+                f"{format_path(structure.paths[slot])} shares the Variable of "
+                f"{format_path(structure.paths[target])} in the file, which filter= leaves out"
             )
-        if entry.collection != structure.collection(slot):
-            problems.append(
-                f"{at} is in collection {entry.collection!r} in the file but "
-                f"{structure.collection(slot)!r} in the model"
-            )
-        selected.append(slot)
     if everything:
         extra = sorted(set(header.entries) - used) + sorted(set(header.aliases) - used)
         problems += [f"the file's entry {k!r} has no place in the model" for k in extra]
@@ -338,7 +361,29 @@ def _check(
             f"{path!r} does not fit the model: {shown}{more}. Load into a model built with "
             "the saved configuration, or select a subset with filter=."
         )
-    return selected
+    return selected, ties
+
+
+def _difference(structure: Structure, slot: int, value: Any, entry: fmt.Entry) -> str:
+    """How the file's entry differs from ``like``'s value at ``slot`` ('' if it fits)."""
+    _, leaf = _peel(value)
+    want = _dtype_name(leaf)
+    want_shape = tuple(getattr(leaf, "shape", ()))
+    if want is None:
+        return f" is {type(leaf).__name__} in the model, not an array"
+    if entry.shape != want_shape or entry.dtype != want:
+        return (
+            f": the file has {_describe(entry.dtype, entry.shape)}, the model has "
+            f"{_describe(want, want_shape)}"
+        )
+    # A bare array has no collection of its own: only two Variables' collections compare.
+    if entry.variable is not None and structure.types[slot] is not None:
+        if entry.collection != structure.collection(slot):
+            return (
+                f" is in collection {entry.collection!r} in the file but "
+                f"{structure.collection(slot)!r} in the model"
+            )
+    return ""
 
 
 def _read(f: Any, path: str, entry: fmt.Entry) -> Any:

@@ -210,14 +210,38 @@ def test_collection_mismatch(ckpt: str) -> None:
 def test_ties_must_agree(ckpt: str) -> None:
     w = pm.Param(jnp.ones(2))
     pm.save(ckpt, {"a": w, "b": w})
-    untied = {"a": pm.Param(jnp.ones(2)), "b": pm.Param(jnp.ones(2))}
-    with pytest.raises(pm.CheckpointMismatchError, match=r"\.b shares another entry"):
-        pm.load(ckpt, untied)
+    # A like with separate Variables (jax.eval_shape does not keep ties) is tied again.
+    untied = {"a": pm.Param(jnp.zeros(2)), "b": pm.Param(jnp.zeros(2))}
+    back = pm.load(ckpt, untied)
+    assert back["a"] is back["b"] and back["a"].value.tolist() == [1.0, 1.0]
+    skeleton = jax.eval_shape(lambda: {"a": w, "b": w})
+    assert skeleton["a"] is not skeleton["b"]
+    back = pm.load(ckpt, skeleton)
+    assert back["a"] is back["b"]
+    with pytest.raises(
+        pm.CheckpointMismatchError,
+        match=r"\.b shares the Variable of 'a' in the file, but the model has no Variable",
+    ):
+        pm.load(ckpt, {"a": jnp.ones(2), "b": jnp.ones(2)})
+    with pytest.raises(
+        pm.CheckpointMismatchError,
+        match=r"\.b shares the Variable of \.a in the file, which filter= leaves out",
+    ):
+        pm.load(ckpt, untied, filter=pm.PathContains("b"))
     pm.save(ckpt, untied)
     with pytest.raises(
         pm.CheckpointMismatchError, match=r"\.b shares the Variable of \.a in the model"
     ):
         pm.load(ckpt, {"a": w, "b": w})
+
+
+def test_bare_arrays_take_any_collection(ckpt: str) -> None:
+    model = {"w": pm.Param(jnp.ones(2)), "s": pm.BatchStat(jnp.zeros(2))}
+    pm.save(ckpt, model)
+    state = pm.load(ckpt, pm.state(model))  # plain arrays: no collection to compare
+    assert state["s"].tolist() == [0.0, 0.0]
+    pm.save(ckpt, pm.state(model))
+    assert isinstance(pm.load(ckpt, model)["s"], pm.BatchStat)
 
 
 def test_mismatch_lists_every_problem_and_loads_nothing(ckpt: str) -> None:
