@@ -241,7 +241,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
             shapes = {n: _slice_info(f, n) for n in names}
             header = fmt.parse_header(f.metadata(), shapes, path)
             selected, ties = _check(path, structure, values, keys, header, pred)
-            loaded = {slot: _read(f, path, header.entries[keys[slot]]) for slot in selected}
+            loaded = {  # placed one by one: one host copy at a time
+                slot: _place(_read(f, path, header.entries[keys[slot]]), _peel(values[slot])[1])
+                for slot in selected
+            }
     except (CheckpointError, jax.errors.JaxRuntimeError):
         raise
     except Exception as e:
@@ -259,10 +262,9 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
         if structure.alias[slot] is not None:
             out.append(None)
         elif slot in loaded:
-            entry = header.entries[keys[slot]]
-            boxes, leaf = _peel(value)
-            array = _place(loaded[slot], leaf)
-            out.append(_rebox(path, where(slot), entry.boxes, boxes, array))
+            boxes, _ = _peel(value)
+            records = header.entries[keys[slot]].boxes
+            out.append(_rebox(path, where(slot), records, boxes, loaded[slot]))
         else:
             out.append(value.value if isinstance(value, Variable) else value)
     return _build(structure, out)
