@@ -305,18 +305,21 @@ def _mlp(lib: Any) -> Any:
     return Net()
 
 
-def test_same_variable_tree_and_outputs_as_flax() -> None:
+def test_same_variables_and_outputs_as_flax() -> None:
     flax_nn = pytest.importorskip("flax.linen")
     x = jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)
     ours = _mlp(nn)
     theirs = _mlp(flax_nn)
     ours_vars = ours.init(jax.random.key(0), x)
-    theirs_vars = theirs.init(jax.random.key(0), x)
-    assert jax.tree.map(jnp.shape, ours_vars) == jax.tree.map(
-        jnp.shape, jax.tree.map(lambda a: a, dict(theirs_vars))
+    theirs_vars = jax.tree.map(lambda a: a, theirs.init(jax.random.key(0), x))
+    # Same names, shapes and (the same keys being drawn) the same initial values.
+    assert jax.tree.structure(ours_vars) == jax.tree.structure(theirs_vars)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6),
+        ours_vars,
+        theirs_vars,
     )
-    plain = jax.tree.map(lambda a: a, theirs_vars)
-    y_ours, state_ours = ours.apply(plain, x, mutable=["intermediates"])
-    y_theirs, state_theirs = theirs.apply(plain, x, mutable=["intermediates"])
+    y_ours, state_ours = ours.apply(theirs_vars, x, mutable=["intermediates"])
+    y_theirs, state_theirs = theirs.apply(theirs_vars, x, mutable=["intermediates"])
     np.testing.assert_allclose(y_ours, y_theirs, rtol=1e-5, atol=1e-5)
     assert jax.tree.structure(state_ours) == jax.tree.structure(dict(state_theirs))
