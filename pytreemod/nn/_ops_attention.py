@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Float, Integer, Shaped
+from jaxtyping import Float, Inexact, Integer, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked
@@ -100,9 +100,9 @@ class _Hooks:
 
 @checked
 def dot_product_attention_weights(
-    query: Float[AnyArray, "*batch q_len heads head_dim"],
-    key: Float[AnyArray, "*batch kv_len heads head_dim"],
-    bias: Float[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
+    query: Inexact[AnyArray, "*batch q_len heads head_dim"],
+    key: Inexact[AnyArray, "*batch kv_len heads head_dim"],
+    bias: Inexact[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
     mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
     *,
     dropout_rate: float = 0.0,
@@ -115,7 +115,7 @@ def dot_product_attention_weights(
     einsum_dot_general: Callable[..., Any] | None = None,
     qk_einsum: Callable[..., Any] | None = None,
     on_weights: Callable[[jax.Array], Any] | None = None,
-) -> Float[jax.Array, "*batch heads q_len kv_len"]:
+) -> Inexact[jax.Array, "*batch heads q_len kv_len"]:
     """Attention weights ``softmax(q k^T / sqrt(head_dim) + bias)``, masked where ``mask``
     is false, with optional dropout on the weights (Flax's function of the same name).
 
@@ -148,10 +148,10 @@ def dot_product_attention_weights(
 
 @checked
 def dot_product_attention(
-    query: Float[AnyArray, "*batch q_len heads head_dim"],
-    key: Float[AnyArray, "*batch kv_len heads head_dim"],
-    value: Float[AnyArray, "*batch kv_len heads v_head_dim"],
-    bias: Float[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
+    query: Inexact[AnyArray, "*batch q_len heads head_dim"],
+    key: Inexact[AnyArray, "*batch kv_len heads head_dim"],
+    value: Inexact[AnyArray, "*batch kv_len heads v_head_dim"],
+    bias: Inexact[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
     mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
     *,
     dropout_rate: float = 0.0,
@@ -166,7 +166,7 @@ def dot_product_attention(
     qk_einsum: Callable[..., Any] | None = None,
     av_einsum: Callable[..., Any] | None = None,
     on_weights: Callable[[jax.Array], Any] | None = None,
-) -> Float[jax.Array, "*batch q_len heads v_head_dim"]:
+) -> Inexact[jax.Array, "*batch q_len heads v_head_dim"]:
     """Multi-head scaled dot-product attention (Flax ``dot_product_attention``).
 
     **Arguments:**

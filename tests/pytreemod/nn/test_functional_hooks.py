@@ -176,3 +176,10 @@ def test_attention_hook_combinations_that_conflict() -> None:
         F.dot_product_attention(
             x, x, x, precision=lax.Precision.HIGHEST, qk_einsum=jnp.einsum, av_einsum=jnp.einsum
         )
+
+
+def test_attention_of_complex_inputs() -> None:
+    x = jax.lax.complex(jnp.ones((2, 3, 1, 2)), jnp.zeros((2, 3, 1, 2)))
+    y = F.dot_product_attention(x, x, x)
+    assert y.dtype == jnp.complex64
+    close(y, x)
