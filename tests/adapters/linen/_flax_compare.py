@@ -38,6 +38,10 @@ def plain(tree: Any) -> Any:
     return tree
 
 
+def _dtype(x: Any) -> Any:
+    return x.dtype if hasattr(x, "dtype") else jnp.asarray(x).dtype
+
+
 def assert_same_tree(a: Any, b: Any, tol: float = TOL, values: bool = True) -> None:
     fa = jax.tree_util.tree_flatten_with_path(plain(a))[0]
     fb = jax.tree_util.tree_flatten_with_path(plain(b))[0]
@@ -46,7 +50,7 @@ def assert_same_tree(a: Any, b: Any, tol: float = TOL, values: bool = True) -> N
     assert pa == pb
     for path, (_, x), (_, y) in zip(pa, fa, fb):
         assert jnp.shape(x) == jnp.shape(y), path
-        assert jnp.asarray(x).dtype == jnp.asarray(y).dtype, path
+        assert _dtype(x) == _dtype(y), path
         if values:
             np.testing.assert_allclose(
                 np.asarray(x, np.float64 if jnp.isrealobj(x) else np.complex128),
