@@ -28,7 +28,7 @@ from jax import lax
 import pytreemod as pm
 
 from . import _filters
-from ._errors import LiftError
+from ._errors import LiftError, PartitioningUnspecifiedError
 from ._frozen_dict import unfreeze
 from ._lift import pack
 from ._lift_util import NO_AXES, is_scope, merge_carry, scope_paths, unzip2
@@ -140,6 +140,19 @@ def _contains(spec: Any, marker: Any) -> bool:
 # ----------------------------------------------------------------------------- vmap
 
 
+def _check_partition_name(groups: Iterable[Any], axes: Iterable[Any], params: Any) -> None:
+    """Flax's rule: a ``Partitioned`` box that gains or loses a mapped axis needs the
+    axis's name in ``metadata_params`` (``PartitioningUnspecifiedError`` otherwise)."""
+    if pm.PARTITION_NAME in params:
+        return
+    for group, axis in zip(groups, axes):
+        if axis is None:
+            continue
+        for leaf in jax.tree.leaves(group, is_leaf=pm.is_box):
+            if isinstance(leaf, pm.Partitioned):
+                raise PartitioningUnspecifiedError(leaf)
+
+
 def vmap(
     fn: Callable[..., Any],
     variable_axes: Mapping[Any, Any],
@@ -203,7 +216,8 @@ def vmap(
             y = fn(scope, *args)
             return y, repack_fn(scope)
 
-        return pm.vmap(
+        _check_partition_name(variable_groups, in_axes_v, params)
+        y, out_groups = pm.vmap(
             mapped,
             in_axes=(tuple(in_axes_v), rng_axes, *arg_axes),
             out_axes=(out_axes, tuple(out_axes_v)),
@@ -212,6 +226,8 @@ def vmap(
             spmd_axis_name=spmd_axis_name,
             metadata_params=params,
         )(tuple(variable_groups), tuple(rng_groups), *args)
+        _check_partition_name(out_groups, out_axes_v, params)
+        return y, out_groups
 
     return pack(inner, in_groups, out_groups, rng_filters, name="vmap")
 
@@ -320,6 +336,7 @@ def scan(
         )
         bcast_in, carry_in = variable_groups[0], variable_groups[1]
         scan_in = tuple(variable_groups[2:])
+        _check_partition_name(scan_in, in_axes_v, params)
         bcast_out: tuple[dict[str, Any], ...] = tuple({} for _ in bcast_in)
 
         probe = scope_fn(variable_groups, rng_groups)
@@ -364,6 +381,7 @@ def scan(
             unroll=unroll,
             metadata_params=params,
         )((carry_in, init), bcast_in, scan_in, rng_groups, *args)
+        _check_partition_name(scan_out, out_axes_v, params)
         return (c, ys), (bcast_out, carry_out, *scan_out)
 
     return pack(

@@ -599,12 +599,10 @@ class Scope:
         """Whether variable ``name`` exists in collection ``col`` of this scope."""
         return name in self._collection(col)
 
-    def get_variable(self, col: str, name: str, default: Any = None, *, unbox: bool = True) -> Any:
-        """The value of variable ``name`` in ``col``, or ``default`` if it does not exist.
-
-        With ``unbox`` (default) axis-metadata boxes are stripped; ``unbox=False`` keeps
-        them (the axis-metadata note's getter).
-        """
+    def get_variable(self, col: str, name: str, default: Any = None, *, unbox: bool = False) -> Any:
+        """The stored value of variable ``name`` in ``col``, or ``default`` if it does not
+        exist. As in Flax, axis-metadata boxes are returned as stored; ``unbox=True``
+        strips them (``param`` and ``Variable.value`` return unboxed values)."""
         variables = self._collection(col)
         if name in variables:
             value = variables[name]

@@ -247,8 +247,8 @@ def test_unbox_on_getters() -> None:
     def f(scope: Scope) -> tuple[object, object, object, object]:
         plain = scope.param("w", init_fn, (2, 3))
         boxed = scope.param("w2", init_fn, (2, 3), unbox=False)
-        got = scope.get_variable("params", "w")
-        got_boxed = scope.get_variable("params", "w", unbox=False)
+        got = scope.get_variable("params", "w", unbox=True)
+        got_boxed = scope.get_variable("params", "w")  # stored value, as Flax returns it
         return plain, boxed, got, got_boxed
 
     (plain, boxed, got, got_boxed), v = init(f)(jax.random.key(0))
