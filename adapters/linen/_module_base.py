@@ -19,12 +19,11 @@ The invariants this file keeps:
 
 import dataclasses
 import functools
-import inspect
 import itertools
 import typing
 import weakref
 from collections.abc import Callable
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 import jax
 
@@ -41,6 +40,13 @@ from ._module_context import (
     _unspecified_parent,
     run_interceptors,
 )
+from ._module_dataclass import (
+    DescriptorWrapper as DescriptorWrapper,
+)
+from ._module_dataclass import (
+    _dataclass_transform,
+    wrap_descriptor_once,
+)
 from ._module_state import SetupState, _ModuleInternalState, _uninitialized_module_internal_state
 from ._module_tree import (
     _freeze_attr,
@@ -49,7 +55,6 @@ from ._module_tree import (
     _map_over_modules_in_tree,
     _map_submodules,
 )
-from .kw_only_dataclasses import inherit_kw_only
 
 M = TypeVar("M", bound="Module")
 _CallableT = TypeVar("_CallableT", bound=Callable[..., Any])
@@ -131,149 +136,6 @@ class ParentDescriptor:
         obj.__dict__["_parent_ref"] = weakref.ref(value) if isinstance(value, Module) else value
 
 
-class DescriptorWrapper:
-    """Base of the wrappers turning a descriptor's ``AttributeError`` into
-    ``DescriptorAttributeError`` (otherwise Python would fall back to ``__getattr__``)."""
-
-    wrapped: Any
-
-    def __init__(self, wrapped: Any):
-        self.wrapped = wrapped
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "wrapped":
-            raise AttributeError(name)
-        return getattr(self.wrapped, name)
-
-
-def _wrapper_get(self: DescriptorWrapper, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return self.wrapped.__get__(*args, **kwargs)
-    except AttributeError as e:
-        raise errors.DescriptorAttributeError() from e
-
-
-def _wrapper_set(self: DescriptorWrapper, *args: Any, **kwargs: Any) -> Any:
-    return self.wrapped.__set__(*args, **kwargs)
-
-
-def _wrapper_delete(self: DescriptorWrapper, *args: Any, **kwargs: Any) -> Any:
-    return self.wrapped.__delete__(*args, **kwargs)
-
-
-def _wrapper_set_name(self: DescriptorWrapper, *args: Any, **kwargs: Any) -> Any:
-    return self.wrapped.__set_name__(*args, **kwargs)
-
-
-# One wrapper class per combination of descriptor methods, so a non-data descriptor
-# stays a non-data descriptor. Module-level names keep them picklable by reference.
-_DESCRIPTOR_WRAPPERS: dict[tuple[bool, bool, bool, bool], type] = {}
-for _get, _set, _delete, _set_name in itertools.product((False, True), repeat=4):
-    _ns: dict[str, Any] = {}
-    if _get:
-        _ns["__get__"] = _wrapper_get
-    if _set:
-        _ns["__set__"] = _wrapper_set
-    if _delete:
-        _ns["__delete__"] = _wrapper_delete
-    if _set_name:
-        _ns["__set_name__"] = _wrapper_set_name
-    _cls_name = f"_DescriptorWrapper{int(_get)}{int(_set)}{int(_delete)}{int(_set_name)}"
-    _ns["__module__"] = __name__
-    _ns["__qualname__"] = _cls_name
-    _wrapper_cls = type(_cls_name, (DescriptorWrapper,), _ns)
-    globals()[_cls_name] = _wrapper_cls
-    _DESCRIPTOR_WRAPPERS[(_get, _set, _delete, _set_name)] = _wrapper_cls
-
-
-def wrap_descriptor_once(descriptor: Any) -> Any:
-    """Wrap a descriptor (property...) so its ``AttributeError``s surface as
-    ``DescriptorAttributeError``."""
-    if isinstance(descriptor, DescriptorWrapper):
-        return descriptor
-    key = (
-        hasattr(descriptor, "__get__"),
-        hasattr(descriptor, "__set__"),
-        hasattr(descriptor, "__delete__"),
-        hasattr(descriptor, "__set_name__"),
-    )
-    wrapper = _DESCRIPTOR_WRAPPERS[key](descriptor)
-    if hasattr(descriptor, "__isabstractmethod__"):
-        object.__setattr__(wrapper, "__isabstractmethod__", descriptor.__isabstractmethod__)
-    return wrapper
-
-
-def _wrap_hash(hash_fn: Callable[[Any], int]) -> Callable[[Any], int]:
-    @functools.wraps(hash_fn)
-    def wrapped(self: Any) -> int:
-        if self.scope is not None:
-            raise TypeError("Can't call __hash__ on modules that hold variables.")
-        try:
-            return hash_fn(self)
-        except TypeError as exc:
-            raise TypeError(
-                "Failed to hash Flax Module.  The module probably contains unhashable "
-                f"attributes.  Module={self}"
-            ) from exc
-
-    return wrapped
-
-
-# ----------------------------------------------------------------------------- dataclass
-
-
-_NAME_ANNOTATIONS: tuple[Any, ...] = (
-    "str",
-    str,
-    Optional[str],  # noqa: UP045
-    "Optional[str]",
-    "str | None",
-)
-
-
-def _dataclass_transform(cls: type, kw_only: bool) -> None:
-    """Make ``cls`` a dataclass whose last two fields are keyword-only ``parent``, ``name``."""
-    own_annotations = inspect.get_annotations(cls)
-    if own_annotations.get("parent", _ParentType) != _ParentType:
-        raise errors.ReservedModuleAttributeError(dict(own_annotations))
-    if own_annotations.get("name", str) not in _NAME_ANNOTATIONS:
-        raise errors.ReservedModuleAttributeError(dict(own_annotations))
-    for field_name in own_annotations:
-        meta = cls.__dict__.get(field_name)
-        if isinstance(meta, dataclasses.Field) and not meta.init:
-            meta.compare = False
-            meta.hash = False
-            meta.repr = False
-    # dataclasses keep an inherited field at its inherited position: hide the bases'
-    # parent/name while the class is built so that they come last here too.
-    hidden: list[tuple[dict[str, Any], str, Any]] = []
-    for base in cls.__mro__[1:]:
-        base_fields = base.__dict__.get("__dataclass_fields__")
-        if base_fields:
-            for reserved in ("parent", "name"):
-                if reserved in base_fields:
-                    hidden.append((base_fields, reserved, base_fields.pop(reserved)))
-    try:
-        annotations = dict(own_annotations)
-        annotations.pop("parent", None)
-        annotations.pop("name", None)
-        annotations["parent"] = _ParentType
-        annotations["name"] = Optional[str]  # noqa: UP045
-        cls.__annotations__ = annotations
-        cls.parent = dataclasses.field(  # type: ignore[attr-defined]
-            repr=False, default=_unspecified_parent, kw_only=True
-        )
-        cls.name = dataclasses.field(default=None, kw_only=True)  # type: ignore[attr-defined]
-        inherit_kw_only(cls)
-        dataclasses.dataclass(
-            cls, unsafe_hash="__hash__" not in cls.__dict__, repr=False, kw_only=kw_only
-        )
-    finally:
-        for base_fields, reserved, value in hidden:
-            base_fields[reserved] = value
-    cls.__hash__ = _wrap_hash(cls.__hash__)  # type: ignore[method-assign]
-
-
 # ----------------------------------------------------------------------------- Module
 
 
@@ -320,7 +182,7 @@ class Module(ModuleBase, _ApplyMixin):
 
     def __init_subclass__(cls, kw_only: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _dataclass_transform(cls, kw_only)
+        _dataclass_transform(cls, kw_only, _ParentType)
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
         cls._init_field_names = tuple(
             f.name for f in fields if f.init and f.name not in ("parent", "name")

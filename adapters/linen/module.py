@@ -1,7 +1,8 @@
 """``adapters.linen.module``: the Linen ``Module`` and its helpers (``flax.linen.module``).
 
-The implementation lives in private files: ``_module_base`` (the class: dataclass
-transform, naming, lazy setup, method wrapping), ``_module_variables`` (param, variable,
+The implementation lives in private files: ``_module_base`` (the class: naming, lazy
+setup, method wrapping), ``_module_dataclass`` (the dataclass transform, descriptor and
+hash wrappers), ``_module_variables`` (param, variable,
 rngs, sow, perturb), ``_module_apply`` (init/apply/bind and the functional
 ``init``/``apply``), ``_module_context`` (thread-local module stack, interceptors, named
 calls), ``_module_tree`` (containers of submodules), ``_module_repr`` and

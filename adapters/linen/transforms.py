@@ -19,12 +19,12 @@ from ._module_base import Module
 from ._module_context import _derive_profiling_name, _named_call_enabled
 from ._transforms_lift import _HashableProxy as _HashableProxy
 from ._transforms_lift import decorator_lift_transform as decorator_lift_transform
-from ._transforms_lift import get_module_scopes as get_module_scopes
 from ._transforms_lift import lift_direct_transform as lift_direct_transform
 from ._transforms_lift import lift_transform as lift_transform
 from ._transforms_lift import lift_transform_cached as lift_transform_cached
 from ._transforms_lift import module_class_lift_transform as module_class_lift_transform
-from ._transforms_lift import set_module_scopes as set_module_scopes
+from ._transforms_scopes import get_module_scopes as get_module_scopes
+from ._transforms_scopes import set_module_scopes as set_module_scopes
 
 Target = TypeVar("Target")
 C = TypeVar("C")
