@@ -159,25 +159,29 @@ def _rebox(boxes: tuple[AxisMetadata, ...], value: Any) -> Any:
     return value
 
 
-def _checked(structure: Structure, slot: int, value: Any, where: str) -> Any:
-    """``value`` checked against the slot's spec, and put back in the slot's boxes if it
-    comes without them. Shape and dtype attributes only: works on tracers, costs little."""
-    spec = structure.specs[slot] if structure.specs is not None else None
+def _checked(spec: SlotSpec | None, value: Any, path: Path, check: bool, prefix: str = "") -> Any:
+    """``value`` checked against the slot's spec (if ``check``), and put back in the
+    slot's boxes if it comes without them. Shape and dtype attributes only: works on
+    tracers, costs little (the message is only formatted on a mismatch)."""
     if spec is None:
         return value
+    shape = getattr(value, "shape", None)
+    boxed = shape is None and isinstance(value, AxisMetadata)
     leaf = value
     while isinstance(leaf, AxisMetadata):
         leaf = leaf.value
-    shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
-    if shape is not None and dtype is not None:
+    if boxed:
+        shape = getattr(leaf, "shape", None)
+    dtype = getattr(leaf, "dtype", None)
+    if check and shape is not None and dtype is not None:
         if tuple(shape) != spec.shape or (dtype != spec.dtype and dtype != jax.dtypes.float0):
             raise StateMismatchError(
-                f"{where} is {dtype}{list(shape)}, but the model has {spec.dtype}"
-                f"{list(spec.shape)} there. Pass the state of a model with the same "
-                "configuration; if the change is intended (a cast or vmapped state), pass "
-                "check=False."
+                f"{prefix}{format_path(path)} is {dtype}{list(shape)}, but the model has "
+                f"{spec.dtype}{list(spec.shape)} there. Pass the state of a model with the "
+                "same configuration; if the change is intended (a cast or vmapped state), "
+                "pass check=False."
             )
-    if spec.boxes and not isinstance(value, AxisMetadata):
+    if spec.boxes and not boxed:
         value = _rebox(spec.boxes, value)
     return value
 
@@ -326,14 +330,16 @@ def combine(structure: Structure, *states: Mapping[Any, Any], check: bool = True
     place in the structure; otherwise ``StateMismatchError`` names the paths. Each value
     must have the shape and dtype the slot had when ``partition`` ran (``check=False``
     skips this, for states that are cast or mapped on purpose); a plain array given for a
-    slot that held an axis-metadata box is put back in that box (``Partitioned`` names
-    survive ``unbox``, optax or a checkpoint that stored plain arrays).
+    slot that held an axis-metadata box is put back in that box, with or without the
+    check (``Partitioned`` names survive ``unbox``, optax or a checkpoint that stored
+    plain arrays).
     """
     if not isinstance(structure, Structure):
         raise StateMismatchError(
             f"combine expects the Structure returned by partition as its first argument, "
             f"got {type(structure).__name__}; call combine(structure, *states)."
         )
+    specs = structure.specs
     values: list[Any] = []
     for slot, path in enumerate(structure.paths):
         if structure.alias[slot] is not None:
@@ -351,10 +357,11 @@ def combine(structure: Structure, *states: Mapping[Any, Any], check: bool = True
                 f"{format_path(path)} has a value in {len(found)} states; each variable "
                 "must be in exactly one. Pass the states of one partition call."
             )
-        value = found[0]
-        if check:
-            value = _checked(structure, slot, value, format_path(path))
-        values.append(value)
+        spec = specs[slot] if specs is not None else None
+        if spec is not None and (check or spec.boxes):
+            values.append(_checked(spec, found[0], path, check))
+        else:
+            values.append(found[0])
     _check_no_extra(structure, states)
     return _build(structure, values)
 
@@ -404,6 +411,7 @@ def from_variables(
     template's box back.
     """
     structure = template if isinstance(template, Structure) else structure_of(template)
+    specs = structure.specs
     values: list[Any] = []
     for slot, path in enumerate(structure.paths):
         if structure.alias[slot] is not None:
@@ -417,8 +425,8 @@ def from_variables(
                 f"variables[{coll!r}] has no value for {format_path(path)} (collections "
                 f"given: {have}). Pass the variables of a model with the same structure."
             )
-        if check:
-            value = _checked(structure, slot, value, f"variables[{coll!r}]{format_path(path)}")
+        if specs:
+            value = _checked(specs[slot], value, path, check, f"variables[{coll!r}]")
         values.append(value)
     for coll, tree_ in variables.items():
         used = {
