@@ -206,3 +206,87 @@ def test_cond_and_while_loop_on_a_bound_module() -> None:
     y_false, _ = Net().apply(variables, x, jnp.array(False))
     np.testing.assert_allclose(y_true, -y_false)
     assert int(n) == 6
+
+
+def _transformed_program(lib: Any) -> Any:
+    class Lin(lib.Module):
+        features: int = 3
+
+        @lib.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            w = self.param("w", jax.nn.initializers.lecun_normal(), (x.shape[-1], self.features))
+            return x @ w
+
+    class Cell(lib.Module):
+        def setup(self) -> None:
+            self.proj = Lin(3)
+
+        def __call__(self, carry: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+            carry = jnp.tanh(self.proj(carry) + x)
+            return carry, carry
+
+        def project(self, x: jax.Array) -> jax.Array:
+            return self.proj(x)
+
+    class Net(lib.Module):
+        @lib.compact
+        def __call__(self, x: jax.Array, xs: jax.Array) -> jax.Array:
+            stack = lib.scan(
+                Cell,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                length=xs.shape[0],
+            )
+            carry, ys = stack(name="stack")(x, xs)
+            ensemble = lib.vmap(
+                Cell,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                in_axes=0,
+                methods=["project"],
+            )
+            members = ensemble()
+            z = members.project(jnp.broadcast_to(carry, (2, *carry.shape)))
+            head = lib.remat(functools.partial(Lin, 2))()
+            return head(z.sum(0) + ys.sum(0))
+
+    return Net()
+
+
+def test_scan_vmap_remat_program_matches_flax() -> None:
+    flax_nn = pytest.importorskip("flax.linen")
+    x = jnp.linspace(0.0, 1.0, 3).reshape(1, 3)
+    xs = jnp.ones((4, 1, 3))
+    ours, theirs = _transformed_program(nn), _transformed_program(flax_nn)
+    ours_vars = ours.init(jax.random.key(0), x, xs)
+    theirs_vars = jax.tree.map(lambda a: a, theirs.init(jax.random.key(0), x, xs))
+    assert jax.tree.map(jnp.shape, ours_vars) == jax.tree.map(jnp.shape, theirs_vars)
+    assert jax.tree.map(jnp.shape, ours_vars)["params"]["stack"] == {"proj": {"w": (4, 3, 3)}}
+    np.testing.assert_allclose(
+        ours.apply(theirs_vars, x, xs), theirs.apply(theirs_vars, x, xs), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_vmap_of_a_method_with_a_module_argument() -> None:
+    class Apply(nn.Module):
+        @nn.compact
+        def __call__(self, layer: nn.Module, x: jax.Array) -> jax.Array:
+            return layer(x) + Scale(2)(x)
+
+    class Host(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            shared = Scale(2)
+            mapped = nn.vmap(
+                Apply,
+                variable_axes={"params": None},
+                split_rngs={"params": False},
+                in_axes=(None, 0),
+            )
+            return mapped()(shared, x)
+
+    x = jnp.ones((5, 1, 3))
+    variables = Host().init(jax.random.key(0), x)
+    shapes = jax.tree.map(jnp.shape, variables["params"])
+    assert shapes == {"Scale_0": {"w": (3, 2)}, "VmapApply_0": {"Scale_0": {"w": (3, 2)}}}
+    assert Host().apply(variables, x).shape == (5, 1, 2)
