@@ -247,7 +247,7 @@ def _transformed_program(lib: Any) -> Any:
             )
             members = ensemble()
             z = members.project(jnp.broadcast_to(carry, (2, *carry.shape)))
-            head = lib.remat(functools.partial(Lin, features=2))()
+            head = lib.remat(functools.partial(Lin, features=2))()  # pyright: ignore[reportCallIssue]
             return head(z.sum(0) + ys.sum(0))
 
     return Net()
