@@ -9,11 +9,13 @@ layers). Filters (``DenyList``...) and boxes are pytreemod's; every lifted trans
 
 from jax import Array as Array
 
+from . import axes_scan as axes_scan
 from . import errors as errors
 from . import frozen_dict as frozen_dict
 from . import lift as lift
 from . import meta as meta
 from . import nn as nn
+from . import partial_eval as partial_eval
 from . import scope as scope
 from . import spmd as spmd
 from . import tracers as tracers

@@ -45,6 +45,7 @@ from ._errors import (
     UnliftedRngError,
 )
 from ._frozen_dict import FrozenDict
+from .meta import unbox as unbox_constrained
 
 T = TypeVar("T")
 
@@ -209,7 +210,7 @@ class Variable(Generic[T]):
 def _unbox(value: Any) -> Any:
     if isinstance(value, jax.Array):
         return value
-    return pm.unbox(value)
+    return unbox_constrained(value)
 
 
 def _rebox(current: Any, value: Any) -> Any:

@@ -1,5 +1,9 @@
 """``adapters.core.lift``: ``pack`` and the lifted transforms (``flax.core.lift``'s names)."""
 
+from typing import Any
+
+import jax
+
 from ._lift import pack as pack
 from ._lifted import In as In
 from ._lifted import Out as Out
@@ -21,6 +25,18 @@ from ._lifted_control import cond as cond
 from ._lifted_control import switch as switch
 from ._lifted_control import while_loop as while_loop
 
+
+def tree_map_rngs(fn: Any, tree: Any) -> Any:
+    """``jax.tree.map(fn, tree)`` with typed PRNG key arrays as leaves (for ``random.*``)."""
+    return jax.tree.map(
+        fn,
+        tree,
+        is_leaf=lambda x: (
+            hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+        ),
+    )
+
+
 __all__ = [
     "In",
     "Out",
@@ -38,6 +54,7 @@ __all__ = [
     "scan",
     "swap_collection",
     "switch",
+    "tree_map_rngs",
     "value_and_grad",
     "vjp",
     "vmap",

@@ -132,3 +132,86 @@ def test_while_loop_state_numbers_become_arrays() -> None:
 
     c, v = ac.apply(f, mutable=True)({})
     assert int(c) == 6 and int(v["state"]["n"]) == 3
+
+
+def test_flax_core_import_paths_exist() -> None:
+    import importlib
+    import inspect
+
+    import flax.core
+
+    names = [n for n in dir(flax.core) if not n.startswith("_")]
+    assert [n for n in names if not hasattr(ac, n)] == []
+    # Flax internals (helpers of its own transforms and of its spmd machinery) not provided.
+    internal = {
+        "FrozenKeysView",
+        "FrozenValuesView",
+        "TransformContext",
+        "id_fn",
+        "CountsHolder",
+        "set_from_dict",
+        "get_pspec",
+        "map_sharding",
+        "get_mesh",
+        "apply_rules",
+        "shard_value",
+        "build_shaped_array",
+        "scan",
+        "CacheEntry",
+        "make_padding_mask",
+    }
+    for mod in [
+        "scope",
+        "frozen_dict",
+        "lift",
+        "meta",
+        "variables",
+        "spmd",
+        "tracers",
+        "axes_scan",
+        "partial_eval",
+        "nn.linear",
+        "nn.attention",
+        "nn.normalization",
+        "nn.stochastic",
+    ]:
+        ours = importlib.import_module(f"adapters.core.{mod}")
+        theirs = importlib.import_module(f"flax.core.{mod}")
+        defined = [
+            n
+            for n, o in vars(theirs).items()
+            if not n.startswith("_")
+            and (inspect.isfunction(o) or inspect.isclass(o))
+            and o.__module__ == theirs.__name__
+        ]
+        missing = [n for n in defined if not hasattr(ours, n) and n not in internal]
+        assert missing == [], mod
+    assert hasattr(ac.lift, "scan") and hasattr(ac.axes_scan, "broadcast")
+
+
+def test_unbox_constrains_under_a_mesh() -> None:
+    mesh = jax.sharding.Mesh(jax.devices()[:1], ("a",))
+    box = meta.Partitioned(jnp.ones((2, 3)), ("a", None), mesh=mesh)
+    value = meta.unbox({"k": box})["k"]
+    assert value.sharding.spec == jax.sharding.PartitionSpec("a", None)
+    assert not meta.global_mesh_defined() and meta.get_global_mesh() is None
+    with jax.set_mesh(mesh):
+        assert meta.global_mesh_defined()
+        plain = meta.Partitioned(jnp.ones((2, 3)), ("a", None))
+        assert jnp.array_equal(jax.jit(lambda b: meta.unbox(b))(plain), jnp.ones((2, 3)))
+
+
+def test_tree_map_rngs_and_spmd_rules() -> None:
+    from adapters.core import spmd
+
+    keys = {"a": jax.random.key(0), "n": jnp.ones(2)}
+    out = lift.tree_map_rngs(lambda k: jax.random.fold_in(k, 1) if k.ndim == 0 else k, keys)
+    assert not jnp.array_equal(jax.random.key_data(out["a"]), jax.random.key_data(keys["a"]))
+    rules = (("batch", "data"),)
+    with spmd.logical_axis_rules(rules):
+        assert tuple(spmd.get_logical_axis_rules()) == rules
+    merged = spmd.composite_rules(rules, (("embed", None),))
+    assert merged == (("batch", "data"), ("embed", None))
+    with pytest.raises(ValueError, match="Inconsistent logical axis annotations for batch"):
+        spmd.composite_rules(rules, (("batch", "model"),))
+    assert spmd.from_sharding_rules(("batch", None, "x"), rules) == ("data", None, "x")

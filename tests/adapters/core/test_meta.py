@@ -13,7 +13,11 @@ from adapters.core import Scope, apply, init, lift, meta
 
 def test_meta_reexports_pytreemod_boxes() -> None:
     assert meta.Partitioned is pm.Partitioned and meta.AxisMetadata is pm.AxisMetadata
-    assert meta.with_partitioning is pm.with_partitioning and meta.unbox is pm.unbox
+    assert meta.with_partitioning is pm.with_partitioning
+    # meta.unbox is Flax's (constrains Partitioned values under a mesh); without a mesh it
+    # strips boxes as pytreemod's does.
+    tree = {"w": pm.Partitioned(jnp.ones((2, 3)), ("a", "b")), "b": jnp.ones(3)}
+    assert jax.tree.map(jnp.shape, meta.unbox(tree)) == jax.tree.map(jnp.shape, pm.unbox(tree))
     assert meta.PARTITION_NAME == pm.PARTITION_NAME
     assert meta.get_partition_spec is pm.get_partition_spec
     assert meta.get_sharding is pm.get_sharding
