@@ -334,7 +334,7 @@ class _ApplyMixin(_VariablesMixin):
         **kwargs: Any,
     ) -> dict[str, "Module"]:
         """``{'/'-joined path: unbound copy}`` of every module whose method runs during
-        ``init`` (the root's path is ``''``)."""
+        ``init`` (the root's path is ``''``), found by tracing ``init`` abstractly."""
         from ._module_context import intercept_methods
 
         found: dict[str, Module] = {}
@@ -348,7 +348,8 @@ class _ApplyMixin(_VariablesMixin):
             return next_fun(*a, **k)
 
         with intercept_methods(record):
-            self.init(rngs, *args, mutable=mutable, **kwargs)
+            # Traced abstractly: no computation runs, no memory is allocated.
+            jax.eval_shape(lambda: self.init(rngs, *args, mutable=mutable, **kwargs))
         return found
 
     def tabulate(self, rngs: Any, *args: Any, **kwargs: Any) -> str:
