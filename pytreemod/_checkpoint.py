@@ -99,12 +99,26 @@ def _plain(structure: Structure, slot: int) -> tuple[str | int, ...]:
     return cast(tuple[str | int, ...], structure.paths[slot])  # checked by _keys
 
 
+_SCALARS = (bool, int, float, complex)  # a Variable may hold a Python number
+
+
 def _to_numpy(leaf: Any, where: str) -> np.ndarray:
-    if isinstance(leaf, jax.core.Tracer) or not is_array(leaf):
+    if type(leaf) in _SCALARS:
+        data = np.asarray(leaf)
+        if data.dtype.hasobject:  # an int beyond 64 bits
+            raise CheckpointError(f"Cannot save {where}: {leaf} does not fit in 64 bits.")
+        return data
+    if isinstance(leaf, jax.core.Tracer) or isinstance(leaf, jax.ShapeDtypeStruct):
         raise CheckpointError(
             f"Cannot save {where}: it is {type(leaf).__name__}, not a concrete array (an "
             "eval_shape skeleton or a value traced inside jit has no data). Save the real "
             "model, outside transformed functions."
+        )
+    if not is_array(leaf):
+        raise CheckpointError(
+            f"Cannot save {where}: the Variable holds a {type(leaf).__name__}; a saved "
+            "Variable holds one array (or a number), possibly in axis-metadata boxes. Put "
+            "each array in its own Variable."
         )
     if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
         raise CheckpointError(
@@ -122,8 +136,10 @@ def save(path: PathLike, tree: Any) -> None:
 
     Tensors are named by path (``blocks.3.mlp.kernel``); the header records each value's
     collection, Variable type, axis-metadata boxes, dtype (bfloat16, float8 and int4
-    included) and PRNG key implementation, and which places share one Variable. Static
-    parts (functions, configuration) are not stored: ``load`` takes them from ``like``.
+    included) and PRNG key implementation, and which places share one Variable. Every
+    array is stored, and so is a Python number held by a Variable; static parts
+    (functions, strings, numbers outside Variables: configuration) are not, and ``load``
+    takes them from ``like``.
     The file is replaced atomically, so a crash mid-write leaves the old file intact.
 
     >>> import tempfile, os, jax.numpy as jnp
@@ -168,7 +184,7 @@ def save(path: PathLike, tree: Any) -> None:
             collection=structure.collection(slot),
             variable=vtype.__name__ if vtype is not None else None,
             dtype=str(dtype) if key_impl else data.dtype.name,
-            shape=tuple(leaf.shape),
+            shape=tuple(data.shape) if key_impl is None else tuple(leaf.shape),
             encoding=encoding,
             key_impl=key_impl,
             boxes=tuple(_box_record(b, where(slot)) for b in boxes),
@@ -276,6 +292,8 @@ def _slice_info(f: Any, name: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _dtype_name(leaf: Any) -> str | None:
+    if type(leaf) in _SCALARS:
+        return np.asarray(leaf).dtype.name
     dtype = getattr(leaf, "dtype", None)
     if dtype is None or not hasattr(leaf, "shape"):
         return None
@@ -370,7 +388,7 @@ def _difference(structure: Structure, slot: int, value: Any, entry: fmt.Entry) -
     """How the file's entry differs from ``like``'s value at ``slot`` ('' if it fits)."""
     _, leaf = _peel(value)
     want = _dtype_name(leaf)
-    want_shape = tuple(getattr(leaf, "shape", ()))
+    want_shape = () if type(leaf) in _SCALARS else tuple(getattr(leaf, "shape", ()))
     if want is None:
         return f" is {type(leaf).__name__} in the model, not an array"
     if entry.shape != want_shape or entry.dtype != want:
@@ -415,6 +433,8 @@ def _place(data: Any, leaf: Any) -> Any:
     jax.Array, placed with the leaf's sharding when it has one."""
     if isinstance(leaf, np.ndarray | np.generic):
         return np.asarray(data)
+    if type(leaf) in _SCALARS:
+        return type(leaf)(data.item())
     if not isinstance(data, jax.Array) and jax.dtypes.canonicalize_dtype(data.dtype) != data.dtype:
         return data
     sharding = getattr(leaf, "sharding", None)

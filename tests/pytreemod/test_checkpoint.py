@@ -377,6 +377,40 @@ def test_big_endian_and_strided_numpy_arrays(ckpt: str) -> None:
         np.testing.assert_array_equal(back[k], v)
 
 
+def test_variables_holding_python_numbers(ckpt: str) -> None:
+    tree = {
+        "step": pm.BatchStat(7),
+        "scale": pm.Param(0.25),
+        "flag": pm.Cache(True),
+        "z": pm.Param(1 + 2j),
+    }
+    pm.save(ckpt, tree)
+    like = {
+        "step": pm.BatchStat(0),
+        "scale": pm.Param(1.0),
+        "flag": pm.Cache(False),
+        "z": pm.Param(0j),
+    }
+    back = pm.load(ckpt, like)
+    assert {k: type(v.value) for k, v in back.items()} == {
+        "step": int,
+        "scale": float,
+        "flag": bool,
+        "z": complex,
+    }
+    assert back == tree
+    with pytest.raises(
+        pm.CheckpointMismatchError, match=r"the file has int64\[\], the model has int32\[\]"
+    ):
+        pm.load(ckpt, dict(like, step=pm.BatchStat(jnp.zeros((), jnp.int32))))
+    with pytest.raises(pm.CheckpointError, match=r"does not fit in 64 bits"):
+        pm.save(ckpt, {"n": pm.BatchStat(2**70)})
+    with pytest.raises(
+        pm.CheckpointError, match=r"the Variable holds a dict; a saved Variable holds one array"
+    ):
+        pm.save(ckpt, {"v": pm.Param({"a": jnp.ones(2)})})
+
+
 def test_empty_trees_and_empty_arrays(ckpt: str) -> None:
     pm.save(ckpt, {})
     assert pm.load(ckpt, {}) == {}
