@@ -41,7 +41,7 @@ def _models(nn: Any) -> dict[str, Any]:
     class LM(nn.Module):
         vocab: int = 11
         features: int = 16
-        layers: int = 2
+        layers: int = 1
         decode: bool = False
 
         @nn.compact
@@ -79,7 +79,7 @@ def _both(name: str, **kwargs: Any) -> tuple[Any, Any]:
     return _models(flax_linen())[name](**kwargs), _models(ours)[name](**kwargs)
 
 
-IDS = jnp.array([[3, 5, 7, 2, 0, 0], [1, 9, 4, 4, 8, 6]])
+IDS = jnp.array([[3, 5, 7, 0], [1, 9, 4, 8]])
 
 
 def test_language_model_training_and_evaluation() -> None:
@@ -114,7 +114,7 @@ def test_language_model_decoding_matches_flax() -> None:
 
 def test_cnn_with_batch_statistics() -> None:
     theirs, mine = _both("CNN")
-    x = jax.random.normal(jax.random.key(1), (4, 12, 12, 3))
+    x = jax.random.normal(jax.random.key(1), (2, 8, 8, 3))
     with standard():
         variables = jax.jit(theirs.init)(jax.random.key(0), x)
         assert_same_tree(jax.eval_shape(mine.init, jax.random.key(0), x), variables, values=False)
@@ -130,4 +130,4 @@ def test_cnn_with_batch_statistics() -> None:
         )
     # Dropout masks come from each library's own rng derivation; the statistics don't.
     assert_same_tree(train_ours[1], train_theirs[1])
-    np.testing.assert_array_equal(train_ours[0].shape, (4, 10))
+    np.testing.assert_array_equal(train_ours[0].shape, (2, 10))
