@@ -246,3 +246,18 @@ def test_crafted_bytes_never_build_objects() -> None:
         serialization.msgpack_restore(crafted)
     unknown_ext = serialization.msgpack_restore(_packb(msgpack.ExtType(42, b"x")))
     assert unknown_ext == msgpack.ExtType(42, b"x")
+
+
+def test_adapters_linen_variables_are_flax_bytes() -> None:
+    import adapters.linen as nn
+
+    def dense(lib: Any) -> Any:
+        init = lib.with_partitioning(lib.initializers.lecun_normal(), (None, "mlp"))
+        return lib.Dense(4, kernel_init=init)
+
+    x = jnp.ones((1, 3))
+    ours = dense(nn).init(jax.random.key(0), x)
+    theirs = dense(flax.linen).init(jax.random.key(0), x)
+    assert serialization.to_bytes(ours) == flax.serialization.to_bytes(theirs)
+    restored = serialization.from_bytes(ours, flax.serialization.to_bytes(theirs))
+    assert restored["params"]["kernel"].names == (None, "mlp")
