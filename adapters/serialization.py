@@ -324,8 +324,11 @@ def _pack(obj: Any, **options: Any) -> bytes:
 
 
 def _ndarray_from_bytes(data: bytes) -> np.ndarray:
-    shape, name, buffer = msgpack.unpackb(data, raw=True)
-    return np.frombuffer(buffer, dtype=_dtype_from_name(name)).reshape(shape, order="C")
+    try:
+        shape, name, buffer = msgpack.unpackb(data, raw=True)
+        return np.frombuffer(buffer, dtype=_dtype_from_name(name)).reshape(shape, order="C")
+    except (TypeError, ValueError) as e:  # crafted or damaged bytes: always a ValueError
+        raise ValueError(f"msgpack data holds a malformed array ({e})") from None
 
 
 def _msgpack_ext_pack(x: Any) -> Any:
@@ -344,8 +347,11 @@ def _msgpack_ext_unpack(code: int, data: bytes) -> Any:
     if code == _MsgpackExtType.ndarray:
         return _ndarray_from_bytes(data)
     if code == _MsgpackExtType.native_complex:
-        real, imag = msgpack.unpackb(data)
-        return complex(real, imag)
+        try:
+            real, imag = msgpack.unpackb(data)
+            return complex(real, imag)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"msgpack data holds a malformed complex number ({e})") from None
     if code == _MsgpackExtType.npscalar:
         return _ndarray_from_bytes(data)[()]
     return msgpack.ExtType(code, data)
@@ -425,11 +431,18 @@ def msgpack_serialize(pytree: Any, in_place: bool = False) -> bytes:
 
 
 def msgpack_restore(encoded_pytree: bytes) -> Any:
-    """Decode bytes written by ``msgpack_serialize`` (or Flax's) into dicts and arrays."""
-    state = msgpack.unpackb(
-        encoded_pytree, ext_hook=_msgpack_ext_unpack, raw=False, strict_map_key=False
-    )
-    return _unchunk_array_leaves_in_place(state)
+    """Decode bytes written by ``msgpack_serialize`` (or Flax's) into dicts and arrays.
+
+    Damaged or crafted bytes raise ``ValueError``; only plain data, arrays of numeric
+    dtypes and complex numbers are ever built.
+    """
+    try:
+        state = msgpack.unpackb(
+            encoded_pytree, ext_hook=_msgpack_ext_unpack, raw=False, strict_map_key=False
+        )
+        return _unchunk_array_leaves_in_place(state)
+    except (TypeError, KeyError) as e:  # damaged or crafted bytes: always a ValueError
+        raise ValueError(f"msgpack data is malformed ({type(e).__name__}: {e})") from None
 
 
 def from_bytes(target: Any, encoded_bytes: bytes) -> Any:

@@ -7,12 +7,14 @@ from typing import Any, cast
 
 import flax.linen
 import flax.serialization
+import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import msgpack
 import numpy as np
 import optax
 import pytest
+from hypothesis import given, settings
 
 import pytreemod as pm
 from adapters import serialization
@@ -261,3 +263,25 @@ def test_adapters_linen_variables_are_flax_bytes() -> None:
     assert serialization.to_bytes(ours) == flax.serialization.to_bytes(theirs)
     restored = serialization.from_bytes(ours, flax.serialization.to_bytes(theirs))
     assert restored["params"]["kernel"].names == (None, "mlp")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_damaged_bytes_raise_value_error(data: st.DataObject) -> None:
+    tree = {"a": np.arange(6.0).reshape(2, 3), "b": [1, 2.5, "x", complex(1, 2)], "c": np.int8(3)}
+    raw = bytearray(serialization.to_bytes(tree))
+    action = data.draw(st.sampled_from(["truncate", "flip", "random"]))
+    if action == "truncate":
+        raw = raw[: data.draw(st.integers(0, len(raw) - 1))]
+    elif action == "flip":
+        for _ in range(data.draw(st.integers(1, 6))):
+            raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    else:
+        raw = bytearray(data.draw(st.binary(min_size=1, max_size=80)))
+    try:
+        restored = serialization.msgpack_restore(bytes(raw))
+    except ValueError:
+        return
+    assert not any(
+        isinstance(x, np.ndarray) and x.dtype.hasobject for x in jax.tree.leaves(restored)
+    )
