@@ -145,7 +145,10 @@ def _spec_of(value: Any) -> SlotSpec | None:
     if isinstance(value, Variable):
         value = value.value
     while isinstance(value, AxisMetadata):
-        boxes.append(value.replace_boxed(None))  # metadata only: no array kept alive
+        try:
+            boxes.append(value.replace_boxed(None))  # metadata only: no array kept alive
+        except Exception:  # a user box that refuses None: no spec, nothing checked
+            return None
         value = value.value
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is None or dtype is None:

@@ -128,3 +128,33 @@ def test_skeleton_templates_and_equality() -> None:
         pm.from_variables(skeleton, pm.to_variables(make_head(3)))
     # Specs are not part of a Structure's identity.
     assert pm.structure_of(make_head(3)) == pm.structure_of(make_head(4))
+
+
+class Strict(pm.AxisMetadata):
+    """A user box whose replace_boxed validates its value."""
+
+    value: Any
+
+    def unbox(self) -> Any:
+        return self.value
+
+    def add_axis(self, index: int, params: Any) -> "Strict":
+        return self
+
+    def remove_axis(self, index: int, params: Any) -> "Strict":
+        return self
+
+    def replace_boxed(self, value: Any) -> "Strict":
+        if value is None:
+            raise ValueError("Strict needs an array")
+        return Strict(value)
+
+
+def test_boxes_that_refuse_templates_are_not_checked() -> None:
+    tree = {"s": pm.Param(Strict(jnp.ones(2))), "w": pm.Param(jnp.ones(2))}
+    structure, state = pm.partition(tree)
+    assert structure.specs is not None and structure.specs[0] is None
+    rebuilt = pm.combine(structure, dict(state, s=jnp.ones(5)))
+    assert rebuilt["s"].value.shape == (5,)  # no spec: passed through unchecked
+    with pytest.raises(pm.StateMismatchError, match=r"\.w is float32\[3\]"):
+        pm.combine(structure, dict(state, w=jnp.ones(3)))
