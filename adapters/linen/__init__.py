@@ -98,6 +98,15 @@ from .normalization import WeightNorm as WeightNorm
 from .pooling import avg_pool as avg_pool
 from .pooling import max_pool as max_pool
 from .pooling import pool as pool
+from .recurrent import RNN as RNN
+from .recurrent import Bidirectional as Bidirectional
+from .recurrent import ConvLSTMCell as ConvLSTMCell
+from .recurrent import GRUCell as GRUCell
+from .recurrent import LSTMCell as LSTMCell
+from .recurrent import MGUCell as MGUCell
+from .recurrent import OptimizedLSTMCell as OptimizedLSTMCell
+from .recurrent import RNNCellBase as RNNCellBase
+from .recurrent import SimpleCell as SimpleCell
 from .spmd import LogicallyPartitioned as LogicallyPartitioned
 from .spmd import get_logical_axis_rules as get_logical_axis_rules
 from .spmd import logical_axis_rules as logical_axis_rules

@@ -45,22 +45,40 @@ from ._ops_pool import avg_pool as avg_pool
 from ._ops_pool import max_pool as max_pool
 from ._ops_pool import min_pool as min_pool
 from ._ops_pool import pool as pool
+from ._ops_recurrent import Projection as Projection
+from ._ops_recurrent import ScanFn as ScanFn
+from ._ops_recurrent import bidirectional as bidirectional
+from ._ops_recurrent import conv_lstm_cell as conv_lstm_cell
+from ._ops_recurrent import dense_projections as dense_projections
+from ._ops_recurrent import flip_sequences as flip_sequences
+from ._ops_recurrent import fused_lstm_cell as fused_lstm_cell
+from ._ops_recurrent import gru_cell as gru_cell
+from ._ops_recurrent import lstm_cell as lstm_cell
+from ._ops_recurrent import mgu_cell as mgu_cell
+from ._ops_recurrent import rnn as rnn
+from ._ops_recurrent import select_last_carry as select_last_carry
+from ._ops_recurrent import simple_cell as simple_cell
 
 __all__ = [
     "DotGeneral",
     "PaddingLike",
+    "Projection",
+    "ScanFn",
     "attend",
     "avg_pool",
     "batch_norm",
     "batch_stats",
+    "bidirectional",
     "canonicalize_padding",
     "combine_masks",
     "compute_stats",
     "conv",
     "conv_local",
     "conv_local_shapes",
+    "conv_lstm_cell",
     "conv_transpose",
     "dense_general",
+    "dense_projections",
     "dot_product_attention",
     "dot_product_attention_weights",
     "dropout",
@@ -68,18 +86,26 @@ __all__ = [
     "einsum_dense",
     "ema",
     "embed",
+    "flip_sequences",
+    "fused_lstm_cell",
     "group_norm",
+    "gru_cell",
     "layer_norm",
     "linear",
+    "lstm_cell",
     "make_attention_mask",
     "make_causal_mask",
     "max_pool",
     "merge_heads",
+    "mgu_cell",
     "min_pool",
     "normalize",
     "pool",
     "project_heads",
     "promote_dtype",
     "rms_norm",
+    "rnn",
+    "select_last_carry",
+    "simple_cell",
     "update_kv_cache",
 ]
