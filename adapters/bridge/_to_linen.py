@@ -1,0 +1,131 @@
+"""``ToLinen``: a pytreemod Module used as a Linen module.
+
+On ``init`` the pytreemod module is built (or taken as given) and each of its
+collections becomes the Linen collection of the same name, under this module's scope:
+``variables[collection][field][...]``, boxes kept. On ``apply`` the module is rebuilt from
+those variables with ``pm.from_variables``, called under ``pm.apply``, and the variables
+it wrote are put back with ``put_variable``, so Linen's ``mutable=`` decides what may
+change (a write to another collection raises Linen's ``ModifyScopeVariableError``).
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+
+import pytreemod as pm
+
+from .. import linen as nn
+from ..core import FrozenDict
+from ._keys import from_linen_keys, to_linen_keys
+
+
+def _is_var(x: Any) -> bool:
+    return isinstance(x, pm.Variable)
+
+
+class ToLinen(nn.Module):
+    """A pytreemod Module wrapped as a Linen module.
+
+    **Attributes:**
+
+    - ``module``: a pytreemod Module instance, or a factory (usually the class) called as
+      ``module(*args, key=<key>, **kwargs)`` at ``init``; the key comes from
+      ``make_rng(rng_collection)`` unless ``kwargs`` holds ``key_arg`` already.
+    - ``args``, ``kwargs``: the factory's arguments.
+    - ``method``: the name of the method a call runs (default ``__call__``).
+    - ``rng_collection``: the rng stream that provides the build key (``params``).
+    - ``key_arg``: the factory's keyword for the key (``key``); ``None`` passes no key.
+
+    Calling the Linen module calls ``method`` of the rebuilt pytreemod module with the
+    same arguments.
+    """
+
+    module: Any
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = FrozenDict()
+    method: str = "__call__"
+    rng_collection: str = "params"
+    key_arg: str | None = "key"
+
+    def _build(self, key: jax.Array | None) -> Any:
+        if isinstance(self.module, pm.Module):
+            return self.module
+        kwargs = dict(self.kwargs)
+        if self.key_arg is not None and self.key_arg not in kwargs:
+            kwargs[self.key_arg] = key
+        return self.module(*self.args, **kwargs)
+
+    def _template(self) -> Any:
+        if isinstance(self.module, pm.Module):
+            return self.module
+        needs_key = self.key_arg is not None and self.key_arg not in self.kwargs
+        key = jax.random.key(0) if needs_key else None
+        return jax.eval_shape(lambda: self._build(key))
+
+    def _stored(self) -> dict[str, Any]:
+        return {c: v for c, v in self.variables.items() if v}
+
+    def rebuild(self, variables: Mapping[str, Any]) -> Any:
+        """The pytreemod module held in ``variables`` (this module's own variables,
+        ``{collection: {field: ...}}``, as ``init`` returns them for a top-level
+        ``ToLinen``)."""
+        template = self._template()
+        like = pm.to_variables(template)
+        own = {c: from_linen_keys(v, like.get(c, {})) for c, v in variables.items() if v}
+        return pm.from_variables(template, own)
+
+    @nn.compact
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        stored = self._stored()
+        if self.is_initializing() and not stored:
+            needs_key = not isinstance(self.module, pm.Module) and (
+                self.key_arg is not None and self.key_arg not in self.kwargs
+            )
+            model = self._build(self.make_rng(self.rng_collection) if needs_key else None)
+            for col, tree in to_linen_keys(pm.to_variables(model)).items():
+                for name, value in tree.items():
+                    self.put_variable(col, name, value)
+            out, _ = pm.apply(getattr(model, self.method), *args, mutable=True, **kwargs)
+            return out  # init keeps the module as built: writes of this call are dropped
+        model = self.rebuild(stored)
+        out, new = pm.apply(getattr(model, self.method), *args, mutable=True, **kwargs)
+        self._put_writes(model, new)
+        return out
+
+    def _put_writes(self, old: Any, new: Any) -> None:
+        old_leaves = jax.tree.leaves(old, is_leaf=_is_var)
+        new_leaves = jax.tree.leaves(new, is_leaf=_is_var)
+        written = {
+            a.collection
+            for a, b in zip(old_leaves, new_leaves, strict=True)
+            if _is_var(a) and a is not b
+        }
+        if not written:
+            return
+        variables = to_linen_keys(pm.to_variables(new))
+        for col in sorted(written):
+            for name, value in variables[col].items():
+                self.put_variable(col, name, value)
+
+
+def to_linen(
+    module: Callable[..., Any] | pm.Module,
+    *args: Any,
+    name: str | None = None,
+    method: str = "__call__",
+    rng_collection: str = "params",
+    key_arg: str | None = "key",
+    **kwargs: Any,
+) -> ToLinen:
+    """``ToLinen(module, args, kwargs, ...)`` with the factory's arguments given inline:
+    ``to_linen(pm.nn.Linear, 3, 4)``."""
+    return ToLinen(
+        module,
+        args=args,
+        kwargs=FrozenDict(kwargs),
+        method=method,
+        rng_collection=rng_collection,
+        key_arg=key_arg,
+        name=name,
+    )

@@ -1,0 +1,157 @@
+"""adapters.bridge.ToLinen: a pytreemod Module inside Linen code."""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import pytreemod as pm
+from adapters import bridge
+from adapters import linen as nn
+from adapters.errors import ModifyScopeVariableError
+
+
+class Scaled(pm.Param, collection="scales"):
+    pass
+
+
+class Counter(pm.Module):
+    """A module with params in a list, a custom collection, a box and a write."""
+
+    layers: list[pm.nn.Linear]
+    scale: Scaled
+    boxed: pm.Param
+    calls: pm.BatchStat
+
+    def __init__(self, n: int, *, key: jax.Array):
+        k1, k2 = jax.random.split(key)
+        self.layers = [pm.nn.Linear(n, n, key=k1), pm.nn.Linear(n, n, key=k2)]
+        self.scale = Scaled(jnp.full((n,), 2.0))
+        self.boxed = pm.Param(pm.Partitioned(jnp.ones((n,)), ("embed",)))
+        self.calls = pm.BatchStat(jnp.zeros((), jnp.int32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        self.calls.set(self.calls.get() + 1)
+        for layer in self.layers:
+            x = layer(x)
+        return x * (self.scale.value * pm.unbox(self.boxed.value))[None]
+
+    def double(self, x: jax.Array) -> jax.Array:
+        return 2 * self(x)
+
+
+X = jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32).reshape(2, 3)
+
+
+def _tree_same(a: Any, b: Any) -> bool:
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    return ta == tb and all(bool(jnp.array_equal(x, y)) for x, y in zip(la, lb, strict=True))
+
+
+def test_init_puts_each_collection_under_its_name_with_string_keys_and_boxes() -> None:
+    model = Counter(3, key=jax.random.key(0))
+    lin = bridge.ToLinen(model)
+    variables = lin.init(jax.random.key(1), X)
+    assert sorted(variables) == ["batch_stats", "params", "scales"]
+    assert sorted(variables["params"]["layers"]) == ["0", "1"]
+    assert isinstance(variables["params"]["boxed"], pm.Partitioned)
+    assert variables["params"]["boxed"].names == ("embed",)
+    assert int(variables["batch_stats"]["calls"]) == 0  # init keeps the module as built
+    assert lin.rebuild(variables) == model
+
+
+def test_factory_is_built_from_the_params_rng_and_is_deterministic() -> None:
+    lin = bridge.to_linen(Counter, 3)
+    v1 = lin.init(jax.random.key(1), X)
+    v2 = lin.init(jax.random.key(1), X)
+    v3 = lin.init(jax.random.key(2), X)
+    assert _tree_same(v1, v2)
+    assert not _tree_same(v1["params"], v3["params"])
+    rebuilt = lin.rebuild(v1)
+    assert isinstance(rebuilt, Counter) and isinstance(rebuilt.scale, Scaled)
+
+
+def test_key_given_in_kwargs_needs_no_rng() -> None:
+    lin = bridge.ToLinen(Counter, args=(3,), kwargs={"key": jax.random.key(5)})
+    variables = lin.init({}, X)
+    assert lin.rebuild(variables) == Counter(3, key=jax.random.key(5))
+
+
+def test_apply_equals_the_module_call_and_returns_writes_of_mutable_collections() -> None:
+    model = Counter(3, key=jax.random.key(0))
+    lin = bridge.ToLinen(model)
+    variables = lin.init(jax.random.key(1), X)
+    out, updates = lin.apply(variables, X, mutable=["batch_stats"])
+    expected, new_model = pm.apply(model, X, mutable=True)
+    assert jnp.allclose(out, expected)
+    assert int(updates["batch_stats"]["calls"]) == 1
+    assert int(new_model.calls.value) == 1
+
+
+def test_writing_an_immutable_collection_raises_linens_error() -> None:
+    lin = bridge.ToLinen(Counter(3, key=jax.random.key(0)))
+    variables = lin.init(jax.random.key(1), X)
+    with pytest.raises(ModifyScopeVariableError, match='collection "batch_stats" is immutable'):
+        lin.apply(variables, X)
+
+
+def test_method_selects_what_a_call_runs() -> None:
+    model = Counter(3, key=jax.random.key(0))
+    lin = bridge.ToLinen(model, method="double")
+    variables = lin.init(jax.random.key(1), X)
+    out, _ = lin.apply(variables, X, mutable=True)
+    assert jnp.allclose(out, 2 * pm.apply(model, X, mutable=True)[0])
+
+
+class Outer(nn.Module):
+    """Linen code using pytreemod layers, in setup and in compact."""
+
+    def setup(self) -> None:
+        self.first = bridge.to_linen(pm.nn.Linear, 3, 4)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, train: bool) -> jax.Array:
+        x = self.first(x)
+        x = bridge.to_linen(pm.nn.BatchNorm, 4, momentum=0.5)(x, use_running_average=not train)
+        return nn.Dense(2)(x)
+
+
+def test_inside_linen_models_batchnorm_stats_update_through_mutable() -> None:
+    outer = Outer()
+    variables = outer.init(jax.random.key(0), X, train=False)
+    assert sorted(variables["params"]) == ["Dense_0", "ToLinen_0", "first"]
+    assert sorted(variables["batch_stats"]["ToLinen_0"]) == ["mean", "var"]
+    y, updates = outer.apply(variables, X, train=True, mutable=["batch_stats"])
+    first = variables["params"]["first"]
+    h = X @ first["kernel"] + first["bias"][None]
+    assert jnp.allclose(updates["batch_stats"]["ToLinen_0"]["mean"], 0.5 * h.mean(0), atol=1e-6)
+    assert y.shape == (2, 2)
+    with pytest.raises(ModifyScopeVariableError, match="batch_stats"):
+        outer.apply(variables, X, train=True)
+    assert outer.apply(variables, X, train=False).shape == (2, 2)
+
+
+def test_under_jit_and_grad() -> None:
+    outer = Outer()
+    variables = outer.init(jax.random.key(0), X, train=False)
+
+    @jax.jit
+    def loss(params: Any) -> jax.Array:
+        return outer.apply({**variables, "params": params}, X, train=False).sum()
+
+    grads = jax.grad(loss)(variables["params"])
+    assert grads["first"]["kernel"].shape == (3, 4)
+    assert float(jnp.abs(grads["first"]["kernel"]).sum()) > 0
+
+
+def test_the_module_can_be_called_twice_in_one_init() -> None:
+    class Twice(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            layer = bridge.to_linen(pm.nn.Linear, 3, 3)
+            return layer(layer(x))
+
+    variables = Twice().init(jax.random.key(0), X)
+    assert sorted(variables["params"]["ToLinen_0"]) == ["bias", "kernel"]
