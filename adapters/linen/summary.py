@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from adapters.core import DenyList, LazyRng, meta, unfreeze
 
@@ -155,12 +156,23 @@ def _get_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     return int(cost["flops"]) if "flops" in cost else 0
 
 
+def _concrete_rng(rng: Any) -> Any:
+    """The key of a recorded stream; a stand-in key of the same kind if it was traced
+    inside a lifted transform (FLOPs do not depend on key values)."""
+    root = rng.rng if isinstance(rng, LazyRng) else rng
+    if isinstance(root, Tracer):
+        if jnp.issubdtype(root.dtype, jax.dtypes.prng_key):
+            return jax.random.key(0)
+        return jax.random.PRNGKey(0)
+    return rng.as_jax_rng() if isinstance(rng, LazyRng) else rng
+
+
 def _get_call_flops(call: Any, compute_flops: bool, compute_vjp_flops: bool) -> tuple[int, int]:
     """FLOPs of one recorded call (its forward pass, and forward plus backward)."""
     if not compute_flops and not compute_vjp_flops:
         return -1, -1
     rngs = jax.tree_util.tree_map(
-        lambda r: r.as_jax_rng(), call.rngs, is_leaf=lambda r: isinstance(r, LazyRng)
+        _concrete_rng, call.rngs, is_leaf=lambda r: isinstance(r, LazyRng)
     )
     args = jax.tree_util.tree_map(_from_value_representation, call.args)
     kwargs = jax.tree_util.tree_map(_from_value_representation, call.kwargs)

@@ -95,3 +95,29 @@ def test_yaml_text_matches_pyyaml(value: Any) -> None:
     expected = yaml.safe_dump(value, default_flow_style=False, indent=2, sort_keys=False)
     expected = expected.replace("\n...", "").replace("'", "").strip()
     assert summary._as_yaml_str(value) == expected
+
+
+def test_flops_of_calls_inside_a_lifted_transform() -> None:
+    class Cell(nn.Module):
+        @nn.compact
+        def __call__(self, carry: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+            h = nn.Dense(4, name="proj")(jnp.concatenate([carry, x], -1))
+            return h, h
+
+    class Loop(nn.Module):
+        @nn.compact
+        def __call__(self, xs: jax.Array) -> jax.Array:
+            scan = nn.scan(
+                Cell,
+                variable_broadcast="params",
+                split_rngs={"params": False},
+                in_axes=1,
+                out_axes=1,
+            )
+            return scan(name="cell")(jnp.zeros((xs.shape[0], 4)), xs)[1]
+
+    with jax.check_tracer_leaks(True):
+        text = Loop().tabulate(
+            jax.random.key(0), jnp.ones((2, 5, 3)), compute_flops=True, console_kwargs=CONSOLE
+        )
+    assert "cell/proj" in text and "flops" in text
