@@ -98,6 +98,7 @@ from ._tree import is_array as is_array
 from ._tree import is_inexact_array as is_inexact_array
 from ._tree import tree_at as tree_at
 from ._tree import tree_equal as tree_equal
+from ._train_state import TrainState as TrainState
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate

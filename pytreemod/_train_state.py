@@ -1,0 +1,118 @@
+"""``TrainState``: a model, its optax optimizer state and a step counter, as one Module.
+
+The optimizer sees only the model's state selected by ``wrt`` (a filter, ``"params"`` by
+default), as a nested dict; ``apply_gradients`` updates that state and puts it back
+into the model with ``combine``, so Variable types, axis-metadata boxes, ties and the
+variables outside ``wrt`` (batch statistics, constants) are kept.
+"""
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+import jax
+import jax.numpy as jnp
+
+from ._errors import StateMismatchError
+from ._filters import FilterLike
+from ._meta import AxisMetadata
+from ._module import Module, field
+from ._partition import State, combine, partition, state
+from ._variables import Variable
+
+if TYPE_CHECKING:
+    import optax
+
+M = TypeVar("M")
+_S = TypeVar("_S", bound="TrainState[Any]")
+
+
+def _is_box(x: Any) -> bool:
+    return isinstance(x, AxisMetadata)
+
+
+def _is_state(grads: Any) -> bool:
+    """Whether ``grads`` is a state dict (no Variables in it) rather than model-shaped."""
+    if not isinstance(grads, Mapping):
+        return False
+    leaves = jax.tree.leaves(grads, is_leaf=lambda x: isinstance(x, Variable))
+    return not any(isinstance(x, Variable) for x in leaves)
+
+
+def _rebox_like(params: State, grads: Any) -> Any:
+    """``grads`` with a plain array put in the box ``params`` has at the same place."""
+
+    def one(p: Any, g: Any) -> Any:
+        return p.replace_boxed(g) if _is_box(p) and not _is_box(g) else g
+
+    return jax.tree.map(one, params, grads, is_leaf=_is_box)
+
+
+class TrainState(Module, Generic[M]):
+    """A model with the state of one optax optimizer and a step counter.
+
+    **Fields:**
+
+    - ``model``: the model (any Module or PyTree of Variables).
+    - ``opt_state``: ``tx``'s state for the variables ``wrt`` selects.
+    - ``step``: the number of ``apply_gradients`` calls (an int32 scalar array).
+    - ``tx``: the optax ``GradientTransformation`` (static).
+    - ``wrt``: the filter selecting the trained variables (static; ``"params"``).
+
+    ``pm.save``/``pm.load`` store and restore all of it but ``tx``; build the ``like`` tree
+    with ``TrainState.create`` and the same ``tx``.
+
+    >>> import jax, jax.numpy as jnp, optax
+    >>> import pytreemod as pm
+    >>> model = {"w": pm.Param(jnp.ones(2)), "mean": pm.BatchStat(jnp.zeros(2))}
+    >>> ts = pm.TrainState.create(model, optax.sgd(0.5))
+    >>> ts = ts.apply_gradients({"w": jnp.ones(2)})
+    >>> ts.model["w"], int(ts.step)
+    (Param(f32[2]), 1)
+    >>> ts.model["w"].value
+    Array([0.5, 0.5], dtype=float32)
+    """
+
+    model: M
+    opt_state: Any
+    step: jax.Array
+    tx: "optax.GradientTransformation" = field(static=True)
+    wrt: FilterLike = field(static=True, default="params")
+
+    @classmethod
+    def create(
+        cls: type[_S], model: M, tx: "optax.GradientTransformation", *, wrt: FilterLike = "params"
+    ) -> _S:
+        """A state at step 0 with ``opt_state = tx.init(pm.state(model, wrt))``."""
+        opt_state = tx.init(state(model, wrt))
+        return cls(model=model, opt_state=opt_state, step=jnp.zeros((), jnp.int32), tx=tx, wrt=wrt)
+
+    def params(self) -> State:
+        """The trained state: ``pm.state(self.model, self.wrt)``."""
+        return state(self.model, self.wrt)
+
+    def apply_gradients(self: _S, grads: Any, **changes: Any) -> _S:
+        """A copy with the trained variables and ``opt_state`` updated by ``tx`` and
+        ``step + 1``; ``changes`` replace further fields (of subclasses).
+
+        ``grads`` is either a state dict with the paths of ``params()`` (as
+        ``pm.grad(f, argnums=pm.DiffState(0, wrt))`` returns) or a gradient shaped like the
+        model (as ``pm.grad(f)(model)`` returns), from which ``wrt`` selects. Plain arrays
+        where the model has axis-metadata boxes are put in those boxes.
+        """
+        import optax
+
+        structure, params, rest = partition(self.model, self.wrt)
+        g = grads if _is_state(grads) else state(grads, self.wrt)
+        try:
+            g = _rebox_like(params, g)
+        except (ValueError, TypeError):
+            raise StateMismatchError(
+                "apply_gradients: the gradients do not have the structure of the trained "
+                f"state (filter {self.wrt!r}).\n  state:     "
+                f"{jax.tree.structure(params)}\n  gradients: {jax.tree.structure(g)}\n"
+                "Pass the gradient of pm.state(model, wrt), or of the whole model."
+            ) from None
+        updates, opt_state = self.tx.update(g, self.opt_state, params)
+        new_params = cast(State, optax.apply_updates(params, updates))
+        model = combine(structure, new_params, rest)
+        return self.replace(model=model, opt_state=opt_state, step=self.step + 1, **changes)
