@@ -2,8 +2,7 @@
 
 ``check(build, *args)`` builds the module with each library's namespace (``build(nn)``),
 initialises both with the same key, checks the variable trees agree (paths, shapes,
-dtypes; values only with ``init_values=True``: adapters.core derives init keys its own
-way), then applies ours to
+dtypes and, since both derive init keys the same way, values), then applies ours to
 Flax's variables and checks the outputs agree. Flax runs under standard promotion.
 """
 
@@ -68,7 +67,7 @@ def check(
     mutable: Any = False,
     method: str | None = None,
     tol: float = TOL,
-    init_values: bool = False,
+    init_values: bool = True,
     **kwargs: Any,
 ) -> tuple[Any, Any]:
     """Compare ``build(nn)`` across both libraries; return (ours output, flax variables)."""

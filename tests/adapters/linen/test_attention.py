@@ -96,6 +96,11 @@ def test_multi_head_attention_dropout_uses_the_dropout_rng() -> None:
         X,
         dropout_rng=jax.random.key(7),
     )
+    check(
+        lambda m: m.MultiHeadDotProductAttention(2, dropout_rate=0.5, deterministic=False),
+        X,
+        rngs={"dropout": jax.random.key(7)},
+    )
     layer = nn.MultiHeadDotProductAttention(2, dropout_rate=0.5, deterministic=False)
     with standard():
         variables = layer.init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, X)

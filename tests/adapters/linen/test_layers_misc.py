@@ -63,6 +63,7 @@ def test_dropout_matches_flax_for_a_key() -> None:
     key = jax.random.key(3)
     check(lambda m: m.Dropout(0.4), x, deterministic=False, rng=key)
     check(lambda m: m.Dropout(0.4, broadcast_dims=(0,), deterministic=False), x, rng=key)
+    check(lambda m: m.Dropout(0.4), x, deterministic=False, rngs={"dropout": key})
 
 
 def test_dropout_draws_from_its_rng_collection() -> None:
