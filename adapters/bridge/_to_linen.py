@@ -24,6 +24,14 @@ def _is_var(x: Any) -> bool:
     return isinstance(x, pm.Variable)
 
 
+def _hashable(x: Any) -> Any:
+    try:
+        hash(x)
+    except TypeError:
+        return pm.structure_of(x)
+    return x
+
+
 class ToLinen(nn.Module):
     """A pytreemod Module wrapped as a Linen module.
 
@@ -47,6 +55,12 @@ class ToLinen(nn.Module):
     method: str = "__call__"
     rng_collection: str = "params"
     key_arg: str | None = "key"
+
+    def __hash__(self) -> int:
+        # A module instance (arrays) hashes by its structure, so a ToLinen holding one can
+        # be a static field (of ToPytreemod, or a jit argument): equal modules, equal hash.
+        fields = (self.module, self.args, self.kwargs, self.method, self.rng_collection)
+        return hash((type(self), *map(_hashable, fields), self.key_arg, self.name))
 
     def _build(self, key: jax.Array | None) -> Any:
         if isinstance(self.module, pm.Module):
