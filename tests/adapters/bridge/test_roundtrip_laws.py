@@ -19,7 +19,7 @@ import pytreemod as pm
 from adapters import bridge
 from adapters import linen as nn
 
-SETTINGS = settings(max_examples=12, deadline=None)
+SETTINGS = settings(max_examples=10, deadline=None)
 F = 4  # features of every layer
 COLLECTIONS = ("params", "constants", "lora_params", "stats")
 
@@ -39,6 +39,14 @@ def _boxes(tree: Any) -> list[Any]:
 
 
 # ------------------------------------------------------------------ Linen -> pytreemod
+
+
+def _ramp() -> jax.Array:
+    return jnp.arange(F, dtype=jnp.float32) / F
+
+
+def _boxed_ramp() -> pm.Partitioned:
+    return nn.Partitioned(_ramp(), ("embed",))
 
 
 class LinenStack(nn.Module):
@@ -65,11 +73,7 @@ class LinenStack(nn.Module):
                 self.sow("intermediates", f"h{i}", x)
             else:  # a variable of a random collection, maybe boxed
                 col, boxed = option
-                make = lambda: jnp.arange(F, dtype=jnp.float32) / F  # noqa: E731
-                if boxed:
-                    v = self.variable(col, f"v{i}", lambda: nn.Partitioned(make(), ("embed",)))
-                else:
-                    v = self.variable(col, f"v{i}", make)
+                v = self.variable(col, f"v{i}", _boxed_ramp if boxed else _ramp)
                 x = x + nn.unbox(v.value)[None, None]
         return x
 

@@ -79,7 +79,7 @@ def test_batchnorm_stats_update_under_pm_apply(linen: Any) -> None:
     )
     with pytest.raises(pm.StateWriteError, match="collection 'batch_stats' is not mutable"):
         pm.apply(model, X, mutable="params")
-    with pytest.raises(pm.StateWriteError, match="outside pytreemod.apply"):
+    with pytest.raises(pm.StateWriteError, match=r"outside pytreemod\.apply"):
         model(X)
 
 
