@@ -155,3 +155,46 @@ def test_the_module_can_be_called_twice_in_one_init() -> None:
 
     variables = Twice().init(jax.random.key(0), X)
     assert sorted(variables["params"]["ToLinen_0"]) == ["bias", "kernel"]
+
+
+def test_linen_vmap_and_scan_over_pytreemod_layers_add_axes_to_boxes() -> None:
+    init = pm.with_partitioning(jax.nn.initializers.lecun_normal(), ("embed", "mlp"))
+    ensemble = nn.vmap(
+        bridge.ToLinen,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=None,
+        axis_size=3,
+        metadata_params={nn.PARTITION_NAME: "ens"},
+    )(pm.nn.Linear, args=(3, 3), kwargs={"kernel_init": init})
+    variables = ensemble.init(jax.random.key(0), X)
+    kernel = variables["params"]["kernel"]
+    assert kernel.names == ("ens", "embed", "mlp") and kernel.value.shape == (3, 3, 3)
+    assert not jnp.allclose(kernel.value[0], kernel.value[1])
+    out = ensemble.apply(variables, X)
+    assert out.shape == (3, 2, 3)
+    first = pm.nn.Linear(3, 3, key=jax.random.key(0))
+    first = first.replace(
+        kernel=pm.Param(pm.Partitioned(kernel.value[0], ("embed", "mlp"))),
+        bias=pm.Param(variables["params"]["bias"][0]),
+    )
+    assert jnp.allclose(out[0], first(X), atol=1e-6)
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, carry: jax.Array, _: None) -> tuple[jax.Array, None]:
+            return bridge.to_linen(pm.nn.Linear, 3, 3, kernel_init=init)(carry), None
+
+    stack = nn.scan(
+        Block,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        length=4,
+        metadata_params={nn.PARTITION_NAME: "layers"},
+    )()
+    variables = stack.init(jax.random.key(1), X, None)
+    kernel = variables["params"]["ToLinen_0"]["kernel"]
+    assert kernel.names == ("layers", "embed", "mlp") and kernel.value.shape == (4, 3, 3)
+    out, _ = stack.apply(variables, X, None)
+    model = bridge.from_linen(stack, variables)
+    assert jnp.allclose(model(X, None)[0], out)
