@@ -1,7 +1,7 @@
 """``adapters.training.train_state``: ``TrainState``, one optax optimizer and its parameters."""
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 import jax
 import optax
@@ -44,7 +44,7 @@ class TrainState(struct.PyTreeNode):
     tx: optax.GradientTransformation = struct.field(pytree_node=False)
     opt_state: optax.OptState = struct.field(pytree_node=True)
 
-    def apply_gradients(self, *, grads: Any, **kwargs: Any) -> "TrainState":
+    def apply_gradients(self, *, grads: Any, **kwargs: Any) -> Self:
         """A copy with ``step + 1`` and ``params``/``opt_state`` updated by ``tx`` from
         ``grads`` (the structure of ``params``); ``kwargs`` replace further fields.
 
@@ -71,7 +71,7 @@ class TrainState(struct.PyTreeNode):
         params: Any,
         tx: optax.GradientTransformation,
         **kwargs: Any,
-    ) -> Any:
+    ) -> Self:
         """A new state with ``step=0`` and ``opt_state = tx.init(params)`` (of
         ``params['params']`` when an fp8 ``_overwrite_with_gradient`` collection is beside
         it); ``kwargs`` set the fields of subclasses."""
