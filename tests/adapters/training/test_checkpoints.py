@@ -356,3 +356,15 @@ def test_msgpack_bytes_equal_flax(tmp_path: Any, msgpack_only: None) -> None:
             3,
         )
     assert pathlib.Path(ours).read_bytes() == pathlib.Path(theirs).read_bytes()
+
+
+def test_pytreemod_train_state_through_checkpoints(tmp_path: Any, use_orbax: bool) -> None:
+    import pytreemod as pm
+
+    ts = pm.TrainState.create(pm.nn.Linear(3, 2, key=jax.random.key(0)), optax.sgd(0.1))
+    ts = ts.replace(step=ts.step + 3)
+    checkpoints.save_checkpoint(tmp_path, ts, 3)
+    like = pm.TrainState.create(pm.nn.Linear(3, 2, key=jax.random.key(1)), ts.tx)
+    back = checkpoints.restore_checkpoint(tmp_path, like)
+    assert pm.tree_equal(back, ts)
+    assert isinstance(back.model.kernel, pm.Param)
