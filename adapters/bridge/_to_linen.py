@@ -75,7 +75,7 @@ class ToLinen(nn.Module):
             return self.module
         needs_key = self.key_arg is not None and self.key_arg not in self.kwargs
         key = jax.random.key(0) if needs_key else None
-        return jax.eval_shape(lambda: self._build(key))
+        return pm.eval_shape(lambda: self._build(key))
 
     def _stored(self) -> dict[str, Any]:
         return {c: v for c, v in self.variables.items() if v}
@@ -98,6 +98,8 @@ class ToLinen(nn.Module):
             )
             model = self._build(self.make_rng(self.rng_collection) if needs_key else None)
             for col, tree in to_linen_keys(pm.to_variables(model)).items():
+                if not self.is_mutable_collection(col):
+                    continue  # as in Linen: init's mutable= says what is kept
                 for name, value in tree.items():
                     self.put_variable(col, name, value)
             out, _ = pm.apply(getattr(model, self.method), *args, mutable=True, **kwargs)

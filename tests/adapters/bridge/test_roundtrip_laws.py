@@ -145,13 +145,18 @@ class PmStack(pm.Module):
             x = x + pm.unbox(var.get())[None]
             if isinstance(var, pm.Cache):
                 var.set(jax.tree.map(lambda v: v + 1.0, var.get()))
+            elif isinstance(var, pm.Intermediate):
+                total = x.sum(0)
+                var.set(jax.tree.map(lambda v, t=total: v + t, var.get()))
         return x
 
 
-EXTRA_TYPES = (pm.Param, pm.BatchStat, pm.Cache, Lora)
+EXTRA_TYPES = (pm.Param, pm.BatchStat, pm.Cache, pm.Intermediate, Lora)
 
 
-def _build_pm(specs: tuple[tuple[str, Any], ...], extras: Any, *, key: jax.Array) -> PmStack:
+def _build_pm(
+    specs: tuple[tuple[str, Any], ...], extras: Any, tie: bool, *, key: jax.Array
+) -> PmStack:
     keys = iter(jax.random.split(key, len(specs) + len(extras)))
     layers: list[Any] = []
     for kind, option in specs:
@@ -166,6 +171,8 @@ def _build_pm(specs: tuple[tuple[str, Any], ...], extras: Any, *, key: jax.Array
     for i, (vtype, boxed) in enumerate(extras):
         value: Any = jax.random.normal(next(keys), (F,))
         table[f"e{i}"] = vtype(pm.Partitioned(value, ("embed",)) if boxed else value)
+    if tie and table:
+        table["tied"] = table["e0"]  # one Variable in two places
     return PmStack(layers, table)
 
 
@@ -179,26 +186,32 @@ pm_extras = st.lists(st.tuples(st.sampled_from(EXTRA_TYPES), st.booleans()), max
 @given(
     specs=st.lists(pm_layers, min_size=1, max_size=4).map(tuple),
     extras=pm_extras,
+    tie=st.booleans(),
     train=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_pytreemod_to_linen_to_pytreemod(
-    specs: tuple[tuple[str, Any], ...], extras: Any, train: bool, seed: int
+    specs: tuple[tuple[str, Any], ...], extras: Any, tie: bool, train: bool, seed: int
 ) -> None:
-    model = _build_pm(specs, extras, key=jax.random.key(seed))
+    model = _build_pm(specs, extras, tie, key=jax.random.key(seed))
     x = jax.random.normal(jax.random.key(seed + 1), (3, F))
     lin = bridge.ToLinen(model)
-    variables = lin.init(jax.random.key(0), x, train=False)
+    variables = lin.init(jax.random.key(0), x, train=False, mutable=True)
     assert sorted(variables) == sorted(pm.to_variables(model))
     rebuilt = lin.rebuild(variables)
     assert rebuilt == model
     assert _boxes(rebuilt) == _boxes(model)
+    if "tied" in model.extras:
+        assert rebuilt.extras["tied"] is rebuilt.extras["e0"]
 
     expected, new_model = pm.apply(model, x, train, mutable=True)
     # through Linen's apply
     out, updates = lin.apply(variables, x, train, mutable=True)
     assert _same(out, expected)
-    assert _same(lin.rebuild({**variables, **updates}), new_model)
+    rebuilt_new = lin.rebuild({**variables, **updates})
+    assert _same(rebuilt_new, new_model)
+    if "tied" in model.extras:
+        assert rebuilt_new.extras["tied"] is rebuilt_new.extras["e0"]
     # and back into pytreemod around the Linen module
     wrapped = bridge.from_linen(lin, variables)
     out2, new_wrapped = pm.apply(wrapped, x, train, mutable=True)

@@ -198,3 +198,54 @@ def test_linen_vmap_and_scan_over_pytreemod_layers_add_axes_to_boxes() -> None:
     out, _ = stack.apply(variables, X, None)
     model = bridge.from_linen(stack, variables)
     assert jnp.allclose(model(X, None)[0], out)
+
+
+class Mixed(pm.Module):
+    """Non-array children (a float, a function) and a tied variable."""
+
+    w: pm.Param
+    w_again: pm.Param
+    scale: float
+    act: Any = pm.field(static=True)
+
+    def __init__(self, n: int, *, key: jax.Array):
+        self.w = self.w_again = pm.Param(jax.random.normal(key, (n,)))
+        self.scale = 0.5
+        self.act = jax.nn.relu
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.act(x * (self.w.value * self.w_again.value * self.scale)[None])
+
+
+def test_factory_modules_with_python_children_and_ties_rebuild() -> None:
+    lin = bridge.to_linen(Mixed, 3)
+    variables = lin.init(jax.random.key(0), X)
+    assert list(variables["params"]) == ["w"]  # a tied variable is stored once
+    rebuilt = lin.rebuild(variables)
+    assert rebuilt.w is rebuilt.w_again and rebuilt.scale == 0.5
+    assert jnp.allclose(lin.apply(variables, X), rebuilt(X))
+
+
+def test_missing_variables_are_reported_by_from_variables() -> None:
+    lin = bridge.to_linen(Mixed, 3)
+    with pytest.raises(pm.StateMismatchError, match=r"variables\['params'\] has no value for \.w"):
+        lin.rebuild({"params": {"v": jnp.ones(3)}})
+
+
+class Probe(pm.Module):
+    seen: pm.Intermediate
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        self.seen.set(x)
+        return x + 1
+
+
+def test_intermediates_follow_inits_mutable() -> None:
+    lin = bridge.ToLinen(Probe(pm.Intermediate(jnp.zeros((2, 3)))))
+    assert lin.init(jax.random.key(0), X) == {}  # Linen's init leaves intermediates out
+    with pytest.raises(pm.StateMismatchError, match=r"variables\['intermediates'\]"):
+        lin.apply({}, X, mutable=True)
+    variables = lin.init(jax.random.key(0), X, mutable=True)
+    assert jnp.array_equal(variables["intermediates"]["seen"], jnp.zeros((2, 3)))
+    _, updates = lin.apply(variables, X, mutable=["intermediates"])
+    assert jnp.array_equal(updates["intermediates"]["seen"], X)
