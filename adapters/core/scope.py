@@ -8,6 +8,8 @@
 
 from typing import Any
 
+from jax import Array as Array
+
 from ._apply import _is_valid_rng as _is_valid_rng
 from ._apply import _is_valid_rngs as _is_valid_rngs
 from ._apply import apply as apply
@@ -44,6 +46,7 @@ MutableVariableDict = dict[str, MutableCollection]
 RNGSequences = dict[str, Any]
 
 __all__ = [
+    "Array",
     "CollectionFilter",
     "DenyList",
     "Filter",
