@@ -59,8 +59,10 @@ class LinenStack(nn.Module):
         for i, (kind, option) in enumerate(self.specs):
             if kind == "dense":
                 init = nn.initializers.lecun_normal()
-                if option:
+                if option == "partitioned":
                     init = nn.with_partitioning(init, ("embed", "mlp"))
+                elif option == "logical":
+                    init = nn.with_logical_partitioning(init, ("embed", "mlp"))
                 x = nn.Dense(F, kernel_init=init)(x)
             elif kind == "conv":
                 x = nn.Conv(F, (option,), padding="SAME")(x)
@@ -79,7 +81,7 @@ class LinenStack(nn.Module):
 
 
 linen_layers = st.one_of(
-    st.tuples(st.just("dense"), st.booleans()),
+    st.tuples(st.just("dense"), st.sampled_from([None, "partitioned", "logical"])),
     st.tuples(st.just("conv"), st.sampled_from([1, 3])),
     st.tuples(st.just("bn"), st.none()),
     st.tuples(st.just("attn"), st.none()),

@@ -249,3 +249,28 @@ def test_intermediates_follow_inits_mutable() -> None:
     assert jnp.array_equal(variables["intermediates"]["seen"], jnp.zeros((2, 3)))
     _, updates = lin.apply(variables, X, mutable=["intermediates"])
     assert jnp.array_equal(updates["intermediates"]["seen"], X)
+
+
+def test_a_linen_layer_inside_a_pytreemod_module_inside_linen_code() -> None:
+    class Hybrid(pm.Module):
+        linear: pm.nn.Linear
+        norm: bridge.ToPytreemod  # a Linen BatchNorm as a pytreemod field
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return self.norm(self.linear(x))
+
+    bn = nn.BatchNorm(use_running_average=False, momentum=0.5)
+    h = jnp.zeros((2, 3))
+    hybrid = Hybrid(
+        pm.nn.Linear(3, 3, key=jax.random.key(0)),
+        bridge.from_linen(bn, bn.init(jax.random.key(2), h)),
+    )
+    lin = bridge.ToLinen(hybrid)
+    variables = lin.init(jax.random.key(1), X)
+    assert sorted(variables["batch_stats"]["norm"]["variables"]["batch_stats"]) == ["mean", "var"]
+    out, updates = lin.apply(variables, X, mutable=["batch_stats"])
+    expected, new_hybrid = pm.apply(hybrid, X, mutable="batch_stats")
+    assert jnp.allclose(out, expected)
+    new_stats = updates["batch_stats"]["norm"]["variables"]["batch_stats"]
+    assert jnp.allclose(new_stats["mean"], new_hybrid.norm.to_linen()[1]["batch_stats"]["mean"])
+    assert not jnp.allclose(new_stats["mean"], 0.0)
