@@ -373,10 +373,7 @@ def _restore_orbax(path: str, target: Any, checkpointer: Any, transforms: Any) -
         kwargs["restore_args"] = restore_args_from_target(target)
         if isinstance(getattr(checkpointer, "_handler", None), ocp.PyTreeCheckpointHandler):
             kwargs["transforms"] = maybe_construct_transformations(target, transforms)
-    with warnings.catch_warnings():
-        # Orbax notes that its transformations API will change; nothing to act on here.
-        warnings.filterwarnings("ignore", message=".*transformations API.*")
-        restored = checkpointer.restore(path, item=target, **kwargs)
+    restored = checkpointer.restore(path, item=target, **kwargs)
     restored = serialization.to_state_dict(restored)
     return restored if target is None else serialization.from_state_dict(target, restored)
 
