@@ -114,3 +114,27 @@ def test_meta_dtype_accumulates_reused_statistics_by_max() -> None:
     _, history, scale = grad(3.0, history, scale)
     np.testing.assert_allclose(history, [3.0, 0.0, 2.0])
     np.testing.assert_allclose(scale, [2.0 / 448])
+
+
+def test_fixed_precision_warnings_and_deprecation() -> None:
+    x = jnp.ones((2, 3))
+    dims = (((1,), (0,)), ((), ()))
+    with pytest.warns(UserWarning, match="will set the precision/preferred_element_type"):
+        fp8_ops.dot_general_with_precision(x, x.T, dims, jax.lax.Precision.HIGHEST)
+    one, history = jnp.ones((1,)), jnp.zeros((4,))
+    with pytest.warns(UserWarning, match='will set the "precision"'):
+        fp8_ops.fp8_scaled_dot_general(
+            x,
+            x.T,
+            dims,
+            jax.lax.Precision.HIGHEST,
+            jnp.float32,
+            lhs_scale=one,
+            rhs_scale=one,
+            grad_scale=one,
+            lhs_amax_history=history,
+            rhs_amax_history=history,
+            grad_amax_history=history,
+        )
+    with pytest.warns(DeprecationWarning, match="The Fp8DotGeneralOp is deprecated"):
+        nn.Fp8DotGeneralOp()

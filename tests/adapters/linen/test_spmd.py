@@ -168,3 +168,45 @@ def test_scan_with_axes_adds_the_layer_axis() -> None:
     assert variables["params"]["Map_variablesScanLayer_0"]["w"].shape == (2, 3, 3)
     axes = partitioning.get_axis_names(variables["params_axes"])
     assert axes["Map_variablesScanLayer_0"]["w"] == P("layers", "embed", "mlp")
+
+
+def test_axis_metadata_sow_and_remat_errors() -> None:
+    reduce = partitioning._sow_axes_reduce
+    with pytest.raises(TypeError, match="Expected newly sown value to be an AxisMetadata"):
+        reduce((), ("a",))
+    with pytest.raises(AssertionError, match="Non-initial-or-AxisMetadata value encountered"):
+        reduce(("x",), partitioning.AxisMetadata(("a",)))
+    assert reduce((), partitioning.AxisMetadata(("a",))) == partitioning.AxisMetadata(("a",))
+    with pytest.raises(NotImplementedError, match="The concrete argument is deprecated"):
+        partitioning.core_remat_static(lambda scope, x: x, concrete=True)
+
+
+def test_variable_with_axes_missing_in_an_immutable_collection() -> None:
+    with pytest.raises(Exception, match="stats") as info:
+        _WithAxes().apply({"params": {"w": jnp.ones((3, 4))}}, jnp.ones((2, 3)))
+    assert type(info.value).__name__ == "ScopeVariableNotFoundError"
+
+
+def test_vmap_with_axes_checks_the_axis_it_removes() -> None:
+    class Layer(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            w = partitioning.param_with_axes("w", jax.nn.initializers.ones, (3,), axes=("embed",))
+            return x * w
+
+    vmapped = partitioning.vmap_with_axes(
+        Layer,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        partitioning_axis_names={"params": "heads"},
+    )
+    variables = vmapped().init(jax.random.key(0), jnp.ones((2, 3)))
+    axes = partitioning.get_axis_names(variables["params_axes"])
+    assert axes == {"w": P("heads", "embed")}
+    wrong = jax.tree.map(
+        lambda m: m.replace(names=("other", "embed")),
+        variables["params_axes"],
+        is_leaf=lambda m: isinstance(m, partitioning.AxisMetadata),
+    )
+    with pytest.raises(ValueError, match="Expected axis heads at position 0"):
+        vmapped().apply({"params": variables["params"], "params_axes": wrong}, jnp.ones((2, 3)))
