@@ -44,6 +44,8 @@ class ToLinen(nn.Module):
     - ``method``: the name of the method a call runs (default ``__call__``).
     - ``rng_collection``: the rng stream that provides the build key (``params``).
     - ``key_arg``: the factory's keyword for the key (``key``); ``None`` passes no key.
+    - ``call_rngs``: ``{call keyword: rng stream}``; each call not given that keyword gets
+      ``make_rng(stream)`` there (``{"key": "dropout"}`` for ``pm.nn.Dropout``).
 
     Calling the Linen module calls ``method`` of the rebuilt pytreemod module with the
     same arguments.
@@ -55,12 +57,13 @@ class ToLinen(nn.Module):
     method: str = "__call__"
     rng_collection: str = "params"
     key_arg: str | None = "key"
+    call_rngs: Mapping[str, str] = FrozenDict()
 
     def __hash__(self) -> int:
         # A module instance (arrays) hashes by its structure, so a ToLinen holding one can
         # be a static field (of ToPytreemod, or a jit argument): equal modules, equal hash.
         fields = (self.module, self.args, self.kwargs, self.method, self.rng_collection)
-        return hash((type(self), *map(_hashable, fields), self.key_arg, self.name))
+        return hash((type(self), *map(_hashable, fields), self.key_arg, self.call_rngs, self.name))
 
     def _build(self, key: jax.Array | None) -> Any:
         if isinstance(self.module, pm.Module):
@@ -91,6 +94,9 @@ class ToLinen(nn.Module):
 
     @nn.compact
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for keyword, stream in self.call_rngs.items():
+            if keyword not in kwargs:
+                kwargs[keyword] = self.make_rng(stream)
         stored = self._stored()
         if self.is_initializing() and not stored:
             needs_key = not isinstance(self.module, pm.Module) and (
@@ -132,6 +138,7 @@ def to_linen(
     method: str = "__call__",
     rng_collection: str = "params",
     key_arg: str | None = "key",
+    call_rngs: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> ToLinen:
     """``ToLinen(module, args, kwargs, ...)`` with the factory's arguments given inline:
@@ -143,5 +150,6 @@ def to_linen(
         method=method,
         rng_collection=rng_collection,
         key_arg=key_arg,
+        call_rngs=FrozenDict(call_rngs or {}),
         name=name,
     )

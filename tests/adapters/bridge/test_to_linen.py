@@ -274,3 +274,17 @@ def test_a_linen_layer_inside_a_pytreemod_module_inside_linen_code() -> None:
     new_stats = updates["batch_stats"]["norm"]["variables"]["batch_stats"]
     assert jnp.allclose(new_stats["mean"], new_hybrid.norm.to_linen()[1]["batch_stats"]["mean"])
     assert not jnp.allclose(new_stats["mean"], 0.0)
+
+
+def test_call_rngs_hand_a_fresh_key_from_a_linen_stream() -> None:
+    drop = bridge.to_linen(pm.nn.Dropout, 0.5, key_arg=None, call_rngs={"key": "dropout"})
+    x = jnp.ones((4, 8))
+    variables = drop.init(jax.random.key(0), x)
+    assert variables == {}
+    a = drop.apply(variables, x, rngs={"dropout": jax.random.key(1)})
+    b = drop.apply(variables, x, rngs={"dropout": jax.random.key(1)})
+    c = drop.apply(variables, x, rngs={"dropout": jax.random.key(2)})
+    assert jnp.array_equal(a, b) and not jnp.array_equal(a, c)
+    assert bool(jnp.all((a == 0) | (a == 2)))
+    given = drop.apply(variables, x, key=jax.random.key(3))  # an explicit key wins
+    assert jnp.array_equal(given, pm.nn.Dropout(0.5)(x, key=jax.random.key(3)))
