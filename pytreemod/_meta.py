@@ -159,4 +159,5 @@ def with_partitioning(
     def wrapper(*args: Any, **kwargs: Any) -> Partitioned:
         return Partitioned(init_fn(*args, **kwargs), names, mesh)
 
+    wrapper.__wrapped__ = init_fn  # type: ignore[attr-defined]
     return wrapper

@@ -360,6 +360,7 @@ def with_logical_partitioning(
     def wrapper(*args: Any, **kwargs: Any) -> LogicallyPartitioned:
         return LogicallyPartitioned(fn(*args, **kwargs), names, mesh, rules)
 
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
     return wrapper
 
 

@@ -64,7 +64,19 @@ def _reshaping_init(init: Initializer, flat: Callable[[tuple[int, ...]], tuple[i
     """Draw ``init`` at a flattened shape and reshape (boxes keep their metadata)."""
 
     def wrapped(rng: Any, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Any:
-        value = init(rng, tuple(int(d) for d in flat(shape)), dtype)
+        flat_shape = tuple(int(d) for d in flat(shape))
+        unboxed = getattr(init, "__wrapped__", None)
+        if unboxed is not None:
+            # A boxing initializer names the axes of the full shape: draw the values at
+            # the flat shape with the function it wraps, then box them like it does.
+            try:
+                probe = jax.eval_shape(lambda k: init(k, shape, dtype), rng)
+            except Exception:
+                probe = None
+            if isinstance(probe, meta.AxisMetadata):
+                value = jnp.reshape(unboxed(rng, flat_shape, dtype), shape)
+                return probe.replace_boxed(value)
+        value = init(rng, flat_shape, dtype)
         if isinstance(value, meta.AxisMetadata):
             return meta.replace_boxed(value, jnp.reshape(value.unbox(), shape))
         return jnp.reshape(value, shape)

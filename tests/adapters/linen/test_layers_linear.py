@@ -5,11 +5,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import adapters.linen as nn
 
-from ._flax_compare import check
+from ._flax_compare import check, flax_linen, standard
 
 X3 = jax.random.normal(jax.random.key(1), (2, 5, 3))
 X4 = jax.random.normal(jax.random.key(2), (2, 6, 6, 3))
@@ -210,3 +211,17 @@ def test_default_initializers_are_flax_defaults() -> None:
     key = jax.random.key(0)
     expected = jax.nn.initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
     assert jnp.array_equal(nn.linear.default_embed_init(key, (3, 4)), expected(key, (3, 4)))
+
+
+def test_partitioned_kernels_of_several_axes_match_flax() -> None:
+    fl = flax_linen()
+    x = jnp.ones((3, 8))
+    boxes = []
+    for m in (nn, fl):
+        init = m.with_logical_partitioning(m.initializers.lecun_normal(), ("embed", "heads", "kv"))
+        with standard():
+            variables = m.DenseGeneral((2, 4), kernel_init=init).init(jax.random.key(0), x)
+        boxes.append(variables["params"]["kernel"])
+    ours, theirs = boxes
+    assert isinstance(ours, nn.LogicallyPartitioned) and ours.names == theirs.names
+    np.testing.assert_array_equal(ours.value, theirs.value)
