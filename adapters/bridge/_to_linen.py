@@ -32,6 +32,11 @@ def _hashable(x: Any) -> Any:
     return x
 
 
+# eval_shape skeletons of factory-built modules, by (factory, args, kwargs, key_arg).
+_TEMPLATES: dict[Any, Any] = {}
+_MAX_TEMPLATES = 256
+
+
 class ToLinen(nn.Module):
     """A pytreemod Module wrapped as a Linen module.
 
@@ -76,6 +81,19 @@ class ToLinen(nn.Module):
     def _template(self) -> Any:
         if isinstance(self.module, pm.Module):
             return self.module
+        cache_key = (self.module, self.args, self.kwargs, self.key_arg)
+        try:
+            return _TEMPLATES[cache_key]
+        except TypeError:  # unhashable arguments: build the skeleton every time
+            return self._skeleton()
+        except KeyError:
+            pass
+        if len(_TEMPLATES) >= _MAX_TEMPLATES:
+            _TEMPLATES.pop(next(iter(_TEMPLATES)))
+        template = _TEMPLATES[cache_key] = self._skeleton()
+        return template
+
+    def _skeleton(self) -> Any:
         needs_key = self.key_arg is not None and self.key_arg not in self.kwargs
         key = jax.random.key(0) if needs_key else None
         return pm.eval_shape(lambda: self._build(key))
@@ -112,7 +130,8 @@ class ToLinen(nn.Module):
             return out  # init keeps the module as built: writes of this call are dropped
         model = self.rebuild(stored)
         out, new = pm.apply(getattr(model, self.method), *args, mutable=True, **kwargs)
-        self._put_writes(model, new)
+        if not self.is_initializing():  # as for a first call, init drops the writes
+            self._put_writes(model, new)
         return out
 
     def _put_writes(self, old: Any, new: Any) -> None:
