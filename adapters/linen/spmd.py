@@ -96,7 +96,7 @@ def logical_to_mesh_axes(
     axes are still free; unmatched names are replicated.
 
     >>> logical_to_mesh_axes(("batch", "embed"), rules=(("batch", "data"),))
-    PartitionSpec('data', None)
+    P('data', None)
     """
     result = _resolve(array_dim_names, rules)
     if result is None:
