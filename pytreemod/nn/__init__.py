@@ -1,4 +1,5 @@
-"""Layers: ``Linear``, ``Conv``, ``Embedding``, norms, ``Dropout``, attention, pooling.
+"""Layers: ``Linear``, ``Conv``, ``Embedding``, norms, ``Dropout``, attention, pooling,
+recurrent cells and ``RNN``.
 
 Every layer is a ``pytreemod.Module`` declared with ``typecheck=True``: its array
 arguments carry jaxtyping annotations checked (with beartype) when the layer is called or
@@ -72,18 +73,28 @@ from ._ops_pool import min_pool as min_pool
 from ._pooling import AvgPool as AvgPool
 from ._pooling import MaxPool as MaxPool
 from ._pooling import MinPool as MinPool
+from ._recurrent import ConvLSTMCell as ConvLSTMCell
+from ._recurrent import GRUCell as GRUCell
+from ._recurrent import LSTMCell as LSTMCell
+from ._recurrent import MGUCell as MGUCell
+from ._recurrent import OptimizedLSTMCell as OptimizedLSTMCell
+from ._recurrent import RNNCellBase as RNNCellBase
+from ._recurrent import SimpleCell as SimpleCell
+from ._rnn import RNN as RNN
+from ._rnn import Bidirectional as Bidirectional
 from ._sequential import Lambda as Lambda
 from ._sequential import Sequential as Sequential
 
 __all__ = [
-    "MLP",
     "AnyArray",
     "AvgPool",
     "BatchNorm",
+    "Bidirectional",
     "Conv",
     "Conv1d",
     "Conv2d",
     "Conv3d",
+    "ConvLSTMCell",
     "ConvOptions",
     "ConvTranspose",
     "ConvTranspose1d",
@@ -92,18 +103,26 @@ __all__ = [
     "ConvTransposeOptions",
     "Dropout",
     "Embedding",
+    "GRUCell",
     "GroupNorm",
     "Identity",
+    "LSTMCell",
     "Lambda",
     "LayerNorm",
     "Linear",
+    "MGUCell",
+    "MLP",
     "MaxPool",
     "MergeHeads",
     "MinPool",
     "MultiHeadAttention",
+    "OptimizedLSTMCell",
     "ProjectHeads",
     "RMSNorm",
+    "RNN",
+    "RNNCellBase",
     "Sequential",
+    "SimpleCell",
     "avg_pool",
     "celu",
     "combine_masks",
