@@ -183,3 +183,14 @@ def test_intermediates_given_at_init_are_appended_to() -> None:
     assert sorted(pm.to_variables(model)) == ["intermediates"]
     _, new = pm.apply(model, X, mutable="intermediates")
     assert len(new.variables["intermediates"]["x"].value) == 2
+
+
+def test_pytreemod_checkpoints_keep_collections_and_boxes(linen: Any, tmp_path: Any) -> None:
+    net, variables = linen
+    model = bridge.from_linen(net, variables)
+    pm.save(tmp_path / "net.safetensors", model)
+    like = pm.eval_shape(lambda: bridge.from_linen(net, variables))
+    loaded = pm.load(tmp_path / "net.safetensors", like)
+    assert loaded == model
+    assert type(loaded.variables["counters"]["seen"]) is bridge.variable_type("counters")
+    assert _same(loaded.to_linen()[1], variables)
