@@ -116,3 +116,13 @@ def test_save_load_round_trip(tmp_path: Any) -> None:
     assert isinstance(back.model.scale.value, pm.Partitioned)
     skeleton = pm.eval_shape(lambda: like)
     assert pm.tree_equal(pm.load(path, skeleton), ts)
+
+
+def test_docstring_example_runs() -> None:
+    import doctest
+
+    import pytreemod._train_state as module
+
+    with jax.numpy_dtype_promotion("standard"):
+        result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
