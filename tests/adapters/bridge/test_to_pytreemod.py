@@ -194,3 +194,15 @@ def test_pytreemod_checkpoints_keep_collections_and_boxes(linen: Any, tmp_path: 
     assert loaded == model
     assert type(loaded.variables["counters"]["seen"]) is bridge.variable_type("counters")
     assert _same(loaded.to_linen()[1], variables)
+
+
+def test_an_ensemble_of_linen_models_with_pm_vmap() -> None:
+    dense = nn.Dense(3)
+    keys = jax.random.split(jax.random.key(0), 5)
+    ensemble = pm.vmap(lambda k: bridge.from_linen(dense, dense.init(k, X)))(keys)
+    assert ensemble.variables["params"]["kernel"].shape == (5, 3, 3)
+    out = pm.vmap(lambda m: m(X))(ensemble)
+    third = jax.tree.map(lambda a: a[2], ensemble.to_linen()[1])
+    assert out.shape == (5, 4, 3)
+    assert jnp.allclose(out[2], dense.apply(third, X), atol=1e-6)
+    assert not jnp.allclose(out[0], out[1])
