@@ -468,6 +468,8 @@ def _get_value_representation(x: Any) -> _ValueRepresentation:
         return _ObjectRepresentation(x)
     if isinstance(x, meta.Partitioned):
         return _PartitionedArrayRepresentation.from_partitioned(x)
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")) and not isinstance(x, np.generic):
+        return _ObjectRepresentation(x)
     try:
         return _ArrayRepresentation.from_array(x)
     except Exception:
