@@ -133,7 +133,6 @@ def test_optimized_lstm_equals_lstm_on_the_same_parameters() -> None:
 
 RNN_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("default", {}, {}),
-    ("return_carry", {"return_carry": True}, {}),
     ("reverse", {"reverse": True, "return_carry": True, "unroll": 2}, {}),
     ("lengths_carry", {"return_carry": True}, {"seq_lengths": LENGTHS}),
     (
@@ -156,8 +155,9 @@ def test_rnn_matches_flax(name: str, attrs: dict[str, Any], call: dict[str, Any]
 
 
 @pytest.mark.xfail(
-    reason="adapters.core.lift.scan draws parameters created under variable_broadcast with "
-    "other keys than Flax (Flax: the keys of the same code without the scan)"
+    reason="adapters.core's pack re-seeds every lifted rng stream with make_rng where Flax "
+    "passes the scope's rngs (and counters) through, so parameters created inside nn.scan "
+    "draw other keys than Flax's"
 )
 def test_rnn_initial_parameters_match_flax() -> None:
     check(lambda m: m.RNN(m.SimpleCell(4)), X, init_values=True)
@@ -170,7 +170,6 @@ def test_rnn_time_major_and_batch_axes_match_flax() -> None:
         xt,
         seq_lengths=LENGTHS,
     )
-    check_scanned(lambda m: m.RNN(m.GRUCell(4)), xt, time_major=True)  # at call time
     many = jnp.reshape(jnp.concatenate([X, X]), (2, 3, 5, 2))  # two batch axes
     check_scanned(lambda m: m.RNN(m.SimpleCell(4), return_carry=True), many)
 
