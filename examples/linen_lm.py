@@ -32,9 +32,11 @@ program, and builds the same variable tree). What it shows:
 
 The corpus is built in (the opening paragraphs of *Alice's Adventures in Wonderland*,
 public domain), so nothing is downloaded. Run it with ``python examples/linen_lm.py
-[--steps N] [--layers L] [--width W] [--seed S] [--no-plot]``. The defaults take about a
-minute on a shared 2-core CPU, bring the loss from about 3.7 to about 0.3 nats per
-character and write ``linen_lm_loss.png`` next to this file.
+[--steps N] [--layers L] [--width W] [--seed S] [--no-plot]``. The defaults (800 steps)
+take about a minute and a half on a shared 2-core CPU, bring the loss from about 4.7 to
+about 0.4 nats per character (the greedy samples then recite the text, e.g. ``'the
+Rabbit actually took a watch out of its waistc'``) and write ``linen_lm_loss.png`` next
+to this file.
 """
 
 import os
@@ -415,7 +417,7 @@ def save_plot(losses: Sequence[float], path: Any) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--steps", type=int, default=300, help="training steps")
+    parser.add_argument("--steps", type=int, default=800, help="training steps")
     parser.add_argument("--layers", type=int, default=4, help="transformer blocks")
     parser.add_argument("--width", type=int, default=64, help="model width")
     parser.add_argument("--heads", type=int, default=4, help="attention heads")
