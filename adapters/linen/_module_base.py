@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import jax
 
 from .. import errors
-from ..core import Scope
+from ..core import FrozenDict, Scope
 from ._module_apply import _ApplyMixin
 from ._module_context import (
     _config_flag,
@@ -335,13 +335,18 @@ class Module(ModuleBase, _ApplyMixin):
         d = self.__dict__
         for field_name in self._init_field_names:
             if field_name in d:
-                self._register_submodules(field_name, d[field_name])
+                val = d[field_name]
+                if not _holds_nothing_to_adopt(val):
+                    self._register_submodules(field_name, val)
 
     def _register_submodules(self, name: str, val: Any) -> None:
         """Store attribute ``name``, adopting (cloning and naming) the modules in it."""
         scope = self.scope
         if scope is None:
             raise ValueError("Trying to register submodules on an unbound module.")
+        if _holds_nothing_to_adopt(val):
+            object.__setattr__(self, name, val)  # no module to adopt, nothing to freeze
+            return
         root = scope.root
         cache = _adoption_caches.get(root)
         if cache is None:
@@ -518,6 +523,20 @@ class Module(ModuleBase, _ApplyMixin):
 
 
 _MISSING = object()
+
+_ATOMS = frozenset({int, float, bool, str, complex, bytes, type(None)})
+
+
+def _holds_nothing_to_adopt(val: Any) -> bool:
+    """Whether attribute ``val`` holds no module and no mutable container: storing it
+    as is equals adopting and freezing it (the fast path of most dataclass fields)."""
+    t = type(val)
+    if t in _ATOMS:
+        return True
+    if t is tuple:
+        return all(_holds_nothing_to_adopt(v) for v in val)
+    return not isinstance(val, (Module, dict, FrozenDict, list, tuple))
+
 
 # The root scope of ``_validate_setup``'s abstract run: every rng is a constant key.
 TestScope = type("TestScope", (Scope,), {"make_rng": lambda self, name="params": jax.random.key(0)})
