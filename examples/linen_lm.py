@@ -22,21 +22,23 @@ program, and builds the same variable tree). What it shows:
   constrained with ``nn.with_logical_constraint(..., mesh=self.mesh)``. The mesh is
   passed explicitly rather than set globally (``jax.set_mesh``): under a global mesh,
   Flax's ``DenseGeneral`` unboxes its logically partitioned kernel at the flat 2-D shape
-  it draws it at, so the attention kernels' three names fail to apply.
+  it draws it at (in ``init``, and in the shape check of every ``apply``), so the
+  attention kernels' three names fail to apply.
 - **Sampling with the decoding cache.** The same module with ``decode=True`` runs
   ``nn.MultiHeadDotProductAttention``'s cache (collection ``cache``): each step feeds one
-  character and returns the updated cache (``mutable=['cache']``). Greedy decoding.
+  character and returns the updated cache (``mutable=['cache']``). Greedy decoding; the
+  whole generation is one jitted ``lax.scan``, checked against a full forward pass.
 - **The bridge.** ``adapters.bridge.ToPytreemod(backbone, variables)`` turns the trained
   embedding + blocks into a pytreemod Module; ``pm.jit`` runs it, and its output equals
   the Linen ``apply``.
 
 The corpus is built in (the opening paragraphs of *Alice's Adventures in Wonderland*,
 public domain), so nothing is downloaded. Run it with ``python examples/linen_lm.py
-[--steps N] [--layers L] [--width W] [--seed S] [--no-plot]``. The defaults (800 steps)
-take about a minute and a half on a shared 2-core CPU, bring the loss from about 4.7 to
-about 0.4 nats per character (the greedy samples then recite the text, e.g. ``'the
-Rabbit actually took a watch out of its waistc'``) and write ``linen_lm_loss.png`` next
-to this file.
+[--steps N] [--layers L] [--width W] [--seed S] [--no-bridge] [--no-plot]``. The
+defaults (800 steps) take about a minute and a half on a shared 2-core CPU, bring the
+loss from about 4.7 to about 0.4 nats per character (the greedy samples then recite the
+text, e.g. ``'the Rabbit actually took a watch out of its waistc'``) and write
+``linen_lm_loss.png`` next to this file.
 """
 
 import os
