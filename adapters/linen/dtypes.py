@@ -7,6 +7,7 @@ math; it follows JAX's current promotion mode, as Flax's does.
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 __all__ = ["canonicalize_dtype", "promote_dtype"]
@@ -24,7 +25,7 @@ def canonicalize_dtype(*args: Any, dtype: Any = None, inexact: bool = True) -> A
     dtype('float32')
     """
     if dtype is None:
-        present = [jnp.asarray(a) for a in args if a is not None]
+        present = [a if isinstance(a, jax.Array) else jnp.asarray(a) for a in args if a is not None]
         dtype = jnp.result_type(*present)
         if inexact and not jnp.issubdtype(dtype, jnp.inexact):
             dtype = jnp.promote_types(jnp.float32, dtype)
@@ -41,4 +42,12 @@ def promote_dtype(*args: Any, dtype: Any = None, inexact: bool = True) -> list[A
     [dtype('float16'), dtype('float16')]
     """
     target = canonicalize_dtype(*args, dtype=dtype, inexact=inexact)
-    return [None if a is None else jnp.asarray(a, target) for a in args]
+    return [None if a is None else _cast(a, target) for a in args]
+
+
+def _cast(a: Any, dtype: Any) -> Any:
+    """``jnp.asarray(a, dtype)``, without its Python cost when ``a`` is already a strong
+    array of ``dtype`` (which ``asarray`` returns unchanged)."""
+    if isinstance(a, jax.Array) and a.dtype == dtype and not a.weak_type:
+        return a
+    return jnp.asarray(a, dtype)

@@ -109,8 +109,18 @@ def _out_dtype(dtype: Any, *arrays: Any) -> Any:
 
 
 def _promote(a: Any, b: Any) -> Any:
+    if a == b:
+        return a  # a dtype promotes with itself to itself (skips the config context)
     with jax.numpy_dtype_promotion("standard"):
         return jnp.promote_types(a, b)
+
+
+def _cast(a: Any, dtype: Any) -> Any:
+    """``jnp.asarray(a, dtype)``, without its Python cost when ``a`` is already a strong
+    array of ``dtype`` (which ``asarray`` returns unchanged)."""
+    if isinstance(a, jax.Array) and a.dtype == dtype and not a.weak_type:
+        return a
+    return jnp.asarray(a, dtype)
 
 
 def normalize(
@@ -138,7 +148,7 @@ def normalize(
     feature_shape = [1] * x.ndim
     for ax in feat:
         feature_shape[ax] = x.shape[ax]
-    y = jnp.asarray(x, _promote(x.dtype, var.dtype))
+    y = _cast(x, _promote(x.dtype, var.dtype))
     if mean is not None:
         y = y - jnp.expand_dims(mean, red)
     mul = lax.rsqrt(jnp.expand_dims(var, red) + epsilon)
@@ -146,13 +156,13 @@ def normalize(
     # bias makes the result complex (as Flax's promotion does).
     if scale is not None:
         dt = _promote(mul.dtype, scale.dtype)
-        mul = jnp.asarray(mul, dt) * jnp.asarray(scale, dt).reshape(feature_shape)
+        mul = _cast(mul, dt) * _cast(scale, dt).reshape(feature_shape)
     dt = _promote(y.dtype, mul.dtype)
-    y = jnp.asarray(y, dt) * jnp.asarray(mul, dt)
+    y = _cast(y, dt) * _cast(mul, dt)
     if bias is not None:
         dt = _promote(y.dtype, bias.dtype)
-        y = jnp.asarray(y, dt) + jnp.asarray(bias, dt).reshape(feature_shape)
-    return jnp.asarray(y, out_dtype)
+        y = _cast(y, dt) + _cast(bias, dt).reshape(feature_shape)
+    return _cast(y, out_dtype)
 
 
 def _check_param(op: str, name: str, param: Any, x: Any, feature_axes: Axes) -> None:
