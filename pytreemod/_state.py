@@ -85,6 +85,32 @@ def _get(variable: Variable) -> Any:
     return variable.value
 
 
+def is_mutable(variable: Variable) -> bool:
+    """Whether ``variable.set(...)`` would be accepted now.
+
+    True inside a ``pm.apply`` whose model holds ``variable`` (the innermost call) and whose
+    ``mutable`` filter selects it; False outside ``pm.apply``. Code that can skip work
+    when it may not write (a wrapped Linen module choosing its ``mutable`` collections,
+    a layer deciding whether to update statistics) asks this instead of catching
+    ``StateWriteError``.
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> class Stats(pm.Module):
+    ...     mean: pm.BatchStat
+    ...     def __call__(self):
+    ...         return pm.is_mutable(self.mean)
+    >>> model = Stats(pm.BatchStat(jnp.zeros(2)))
+    >>> model(), pm.apply(model, mutable="batch_stats")[0], pm.apply(model)[0]
+    (False, True, False)
+    """
+    recorders = _active.get()
+    if not recorders:
+        return False
+    entry = recorders[-1].paths.get(id(variable))
+    return entry is not None and bool(recorders[-1].mutable(entry[0], entry[1]))
+
+
 def apply(
     fn: Callable[..., T],
     *args: Any,

@@ -4,9 +4,11 @@ The Linen module is a static field (configuration, in the treedef); the variable
 children, ``variables[collection][...]`` holding pytreemod Variables of the type
 ``variable_type(collection)`` gives (``params`` -> ``pm.Param``...), boxes kept inside.
 Calling the module runs ``linen_module.apply`` on the current values. The Linen
-collections present in the model are mutable for that call; every variable the call
-changed is written with ``Variable.set``, so the update is recorded by the enclosing
-``pm.apply(model, ..., mutable=...)`` (or refused with ``pm.StateWriteError``).
+collections mutable for that call are those the enclosing ``pm.apply(model, ...,
+mutable=...)`` lets the model write (``pm.is_mutable``), so Linen's own
+``is_mutable_collection`` answers as in Linen; every variable of those the call changed is
+written with ``Variable.set`` and recorded by the enclosing ``pm.apply``. A write to any
+other collection is refused with ``pm.StateWriteError``.
 """
 
 from collections.abc import Mapping
@@ -17,6 +19,7 @@ import jax
 import pytreemod as pm
 
 from .. import linen as nn
+from ..core.errors import ModifyScopeVariableError
 from ._keys import variable_type
 
 
@@ -31,6 +34,13 @@ def _wrap(variables: Mapping[str, Any], types: Mapping[str, type[pm.Variable[Any
         return types.get(col, variable_type(col))(tree)
 
     return {col: box(col, tree) for col, tree in variables.items()}
+
+
+def _writable(collection: Any) -> bool:
+    """Whether the enclosing ``pm.apply`` lets the call write this collection (its
+    variables all share one type, so the first one answers for all)."""
+    leaves = jax.tree.leaves(collection, is_leaf=_is_var)
+    return bool(leaves) and pm.is_mutable(leaves[0])
 
 
 def _values(variables: Any) -> dict[str, Any]:
@@ -77,9 +87,19 @@ class ToPytreemod(pm.Module):
         **kwargs: Any,
     ) -> Any:
         stored = _values(self.variables)
-        out, updates = self.module.apply(
-            stored, *args, method=method, rngs=rngs, mutable=list(stored), **kwargs
-        )
+        mutable = [col for col in stored if _writable(self.variables[col])]
+        try:
+            out, updates = self.module.apply(
+                stored, *args, method=method, rngs=rngs, mutable=mutable, **kwargs
+            )
+        except ModifyScopeVariableError as error:
+            raise pm.StateWriteError(
+                f"The wrapped Linen module's write was refused: {error} A pytreemod model "
+                "is written only inside `out, model = pm.apply(model, ..., mutable=...)` "
+                "whose filter names the collection (outside pytreemod.apply nothing is "
+                "mutable); or do not write it (e.g. BatchNorm with use_running_average=True "
+                "in evaluation)."
+            ) from error
         self._record(updates)
         return out
 

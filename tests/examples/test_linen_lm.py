@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
-import pytreemod as pm
-
 EXAMPLE = pathlib.Path(__file__).parents[2] / "examples" / "linen_lm.py"
 IMPORT = "from adapters import linen as nn\n"
 TINY = ["--steps", "24", "--layers", "2", "--width", "32", "--context", "24", "--batch", "8"]
@@ -82,12 +80,6 @@ def test_parameters_are_sharded_by_the_logical_rules(run: dict[str, Any]) -> Non
     assert query.sharding.spec == PartitionSpec(None, None, "model", None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pm.StateWriteError,
-    reason="bridge.ToPytreemod treats the params returned through nn.remat inside nn.scan "
-    "as writes",
-)
 def test_backbone_across_the_bridge_equals_linen_apply(run: dict[str, Any]) -> None:
     example = _ours()
     cfg = run["config"]

@@ -4,6 +4,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import pytreemod as pm
@@ -77,9 +78,9 @@ def test_batchnorm_stats_update_under_pm_apply(linen: Any) -> None:
         new.variables["params"]["Dense_1"]["kernel"]
         is model.variables["params"]["Dense_1"]["kernel"]
     )
-    with pytest.raises(pm.StateWriteError, match="collection 'batch_stats' is not mutable"):
+    with pytest.raises(pm.StateWriteError, match='collection "batch_stats" is immutable'):
         pm.apply(model, X, mutable="params")
-    with pytest.raises(pm.StateWriteError, match=r"outside pytreemod\.apply"):
+    with pytest.raises(pm.StateWriteError, match=r"outside pytreemod\.apply nothing is mutable"):
         model(X)
 
 
@@ -206,3 +207,54 @@ def test_an_ensemble_of_linen_models_with_pm_vmap() -> None:
     assert out.shape == (5, 4, 3)
     assert jnp.allclose(out[2], dense.apply(third, X), atol=1e-6)
     assert not jnp.allclose(out[0], out[1])
+
+
+def test_unwritten_collections_are_not_writes_under_lifted_transforms() -> None:
+    # nn.scan over nn.remat returns new array objects for every variable it carries, even
+    # unchanged ones: only collections the enclosing pm.apply lets the model write are
+    # offered to Linen as mutable, so reading the parameters is never a write.
+    class Body(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array, _: Any) -> tuple[jax.Array, None]:
+            seen = self.is_mutable_collection("params")
+            self.sow("intermediates", "params_mutable", jnp.asarray(seen))
+            return nn.Dense(3)(x), None
+
+    class Stack(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            scanned = nn.scan(
+                nn.remat(Body),
+                variable_axes={"params": 0, "intermediates": 0},
+                split_rngs={"params": True},
+                length=2,
+            )
+            return scanned(name="body")(x, None)[0]
+
+    x = jnp.ones((2, 3))
+    variables = Stack().init(jax.random.key(0), x, mutable=True)
+    model = bridge.from_linen(Stack(), variables)
+    np.testing.assert_allclose(model(x), Stack().apply(variables, x))
+    out, new = pm.apply(model, x, mutable="intermediates")
+    at_init, in_apply = new.to_linen()[1]["intermediates"]["body"]["params_mutable"]
+    assert bool(jnp.all(at_init))  # init may write everything
+    assert not bool(jnp.any(in_apply))  # Linen saw params as immutable
+    assert new.variables["params"] is not None
+    np.testing.assert_allclose(out, Stack().apply(variables, x))
+
+
+def test_is_mutable_follows_the_enclosing_apply() -> None:
+    stats = pm.BatchStat(jnp.zeros(2))
+    tree = {"stats": stats, "w": pm.Param(jnp.ones(2))}
+
+    class Probe(pm.Module):
+        tree: dict[str, Any]
+
+        def __call__(self) -> tuple[bool, bool]:
+            return pm.is_mutable(self.tree["stats"]), pm.is_mutable(self.tree["w"])
+
+    probe = Probe(tree)
+    assert probe() == (False, False)
+    assert pm.apply(probe, mutable="batch_stats")[0] == (True, False)
+    assert pm.apply(probe, mutable=True)[0] == (True, True)
+    assert not pm.is_mutable(pm.BatchStat(jnp.zeros(1)))  # not part of any applied model
