@@ -3,7 +3,12 @@
 The boxes are pytreemod's (``AxisMetadata``, ``Partitioned``, ``LogicallyPartitioned``);
 this module adds only the tree-level helpers of ``flax.core.meta`` (``add_axis``,
 ``remove_axis``, ``replace_boxed``, ``map_axis_meta``), which apply a box method to every
-box in a tree.
+box in a tree, and Flax's ``get_partition_spec``/``get_sharding``.
+
+Those two follow Flax, not pytreemod: a ``Partitioned`` box's spec is its names as they
+are, and a ``LogicallyPartitioned`` box's too (its *logical* names; Linen code maps them to
+mesh axes with ``nn.logical_to_mesh_sharding``). pytreemod's functions of the same names
+resolve logical names through the active rules instead.
 """
 
 from collections.abc import Callable, Mapping
@@ -16,8 +21,6 @@ from pytreemod import PARTITION_NAME as PARTITION_NAME
 from pytreemod import AxisMetadata as AxisMetadata
 from pytreemod import LogicallyPartitioned as LogicallyPartitioned
 from pytreemod import Partitioned as Partitioned
-from pytreemod import get_partition_spec as get_partition_spec
-from pytreemod import get_sharding as get_sharding
 from pytreemod import with_logical_partitioning as with_logical_partitioning
 from pytreemod import with_partitioning as with_partitioning
 
@@ -72,3 +75,33 @@ def replace_boxed(tree: Any, updates: Any) -> Any:
     return jax.tree.map(
         lambda b, u: b.replace_boxed(u) if pm.is_box(b) else u, tree, updates, is_leaf=pm.is_box
     )
+
+
+def _leaf_partition_spec(x: Any) -> jax.sharding.PartitionSpec | None:
+    if isinstance(x, Partitioned):
+        return jax.sharding.PartitionSpec(*x.names)
+    if hasattr(x, "get_partition_spec"):
+        return x.get_partition_spec()
+    if hasattr(x, "shape"):  # an unboxed array: replicated
+        return jax.sharding.PartitionSpec()
+    return None
+
+
+def get_partition_spec(tree: Any) -> Any:
+    """The ``PartitionSpec`` of every leaf: a box's names as they are (logical names
+    stay logical), ``P()`` for a plain array, ``None`` for anything else."""
+    return jax.tree.map(_leaf_partition_spec, tree, is_leaf=_is_box)
+
+
+def get_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
+    """``NamedSharding(mesh, spec)`` for every leaf ``get_partition_spec`` gives a spec."""
+
+    def one(x: Any) -> jax.sharding.Sharding | None:
+        spec = _leaf_partition_spec(x)
+        return None if spec is None else jax.sharding.NamedSharding(mesh, spec)
+
+    return jax.tree.map(one, tree, is_leaf=_is_box)
+
+
+def _is_box(x: Any) -> bool:
+    return isinstance(x, AxisMetadata)

@@ -68,11 +68,6 @@ def test_loss_goes_down_and_cached_sampling_matches(
     assert run["bridge_gap"] is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adapters' LogicallyPartitioned.get_partition_spec returns mesh axes, Flax's "
-    "the logical names: logical_to_mesh_sharding then maps 'model' to None",
-)
 def test_parameters_are_sharded_by_the_logical_rules(run: dict[str, Any]) -> None:
     blocks = run["params"]["backbone"]["blocks"]
     assert blocks["Dense_0"]["kernel"].sharding.spec == PartitionSpec(None, None, "model")

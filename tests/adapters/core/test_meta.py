@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from jax.sharding import PartitionSpec as P
 
 import pytreemod as pm
 from adapters.core import Scope, apply, init, lift, meta
@@ -19,8 +20,27 @@ def test_meta_reexports_pytreemod_boxes() -> None:
     tree = {"w": pm.Partitioned(jnp.ones((2, 3)), ("a", "b")), "b": jnp.ones(3)}
     assert jax.tree.map(jnp.shape, meta.unbox(tree)) == jax.tree.map(jnp.shape, pm.unbox(tree))
     assert meta.PARTITION_NAME == pm.PARTITION_NAME
-    assert meta.get_partition_spec is pm.get_partition_spec
-    assert meta.get_sharding is pm.get_sharding
+
+
+def test_partition_specs_keep_logical_names_as_flax() -> None:
+    tree = {
+        "logical": pm.LogicallyPartitioned(jnp.ones((2, 3)), ("embed", "mlp")),
+        "mesh": pm.Partitioned(jnp.ones(2), ("model",)),
+        "plain": jnp.ones(3),
+        "other": "not an array",
+    }
+    with pm.logical_axis_rules([("mlp", "model")]):
+        specs = meta.get_partition_spec(tree)
+    assert specs == {
+        "logical": P("embed", "mlp"),  # pytreemod's own function would resolve the rules
+        "mesh": P("model"),
+        "plain": P(),
+        "other": None,
+    }
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("model",))
+    shardings = meta.get_sharding({"mesh": tree["mesh"], "plain": tree["plain"]}, mesh)
+    assert shardings["mesh"] == jax.sharding.NamedSharding(mesh, P("model"))
+    assert shardings["plain"] == jax.sharding.NamedSharding(mesh, P())
 
 
 def test_tree_helpers() -> None:

@@ -102,7 +102,9 @@ def test_logically_partitioned_parameters() -> None:
     assert isinstance(box, nn.LogicallyPartitioned) and box.names == ("embed", "mlp")
     with nn.logical_axis_rules(RULES):
         specs = nn.get_partition_spec(variables)
-    assert specs["params"]["kernel"] == P(None, "model")
+        # As Flax: the spec holds the logical names; the rules map them to mesh axes.
+        assert specs["params"]["kernel"] == P("embed", "mlp")
+        assert nn.logical_to_mesh(specs)["params"]["kernel"] == P(None, "model")
 
 
 class _WithAxes(nn.Module):
