@@ -14,6 +14,8 @@ from typing import Any, TypeVar, dataclass_transform, overload
 
 import jax
 
+import pytreemod as pm
+
 _T = TypeVar("_T")
 TNode = TypeVar("TNode", bound="PyTreeNode")
 
@@ -22,7 +24,10 @@ def field(
     pytree_node: bool = True, *, metadata: Mapping[str, Any] | None = None, **kwargs: Any
 ) -> Any:
     """A ``dataclasses.field``; ``pytree_node=False`` makes it static metadata."""
-    return dataclasses.field(metadata={**(metadata or {}), "pytree_node": pytree_node}, **kwargs)
+    # "static" is the same flag under pytreemod's name, for PyTreeNodes that are also
+    # pytreemod Modules (e.g. custom AxisMetadata boxes).
+    meta = {**(metadata or {}), "pytree_node": pytree_node, "static": not pytree_node}
+    return dataclasses.field(metadata=meta, **kwargs)
 
 
 def _replace(self: Any, **updates: Any) -> Any:
@@ -70,6 +75,10 @@ class PyTreeNode:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__()
+        if issubclass(cls, pm.Module):
+            # Also a pytreemod Module (``class Box(PyTreeNode, AxisMetadata)``): its
+            # metaclass makes it a frozen dataclass registered with JAX.
+            return
         dataclass(cls, **kwargs)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -103,11 +103,11 @@ class TreeAtError(PytreemodError, ValueError):
 class AxisMetadataError(PytreemodError, ValueError):
     """Axis metadata that does not fit the value or the transform.
 
-    Cause: a ``Partitioned`` box with a different number of names than its value has
-    axes, an axis index out of range, or ``remove_axis`` called with ``metadata_params``
-    that name a different axis than the one being removed.
+    Cause: an axis index out of range, or ``remove_axis`` called with ``metadata_params``
+    that name a different axis than the one being removed. (A ``Partitioned`` box whose
+    names do not match its value's rank is a ``ShardingError`` when it is sharded.)
 
-    Fix: give one name (or ``None``) per axis; pass the same ``metadata_params`` to the
+    Fix: use axes within the value's rank; pass the same ``metadata_params`` to the
     transform that removes an axis as to the one that added it.
     """
 

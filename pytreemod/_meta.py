@@ -77,6 +77,10 @@ class Partitioned(AxisMetadata):
       resolved through ``logical_axis_rules``, or ``None`` (replicated).
     - ``mesh``: optional ``jax.sharding.Mesh`` used by ``get_sharding`` when none is given.
 
+    As in Flax, the box does not check ``names`` against the value's rank when it is
+    built (a transform may add only a metadata axis, e.g. ``add_metadata_axis``); a
+    mismatch is a ``ShardingError`` when the names are turned into a sharding.
+
     >>> import jax.numpy as jnp
     >>> import pytreemod as pm
     >>> p = pm.Partitioned(jnp.zeros((4, 8)), ("embed", "mlp"))
@@ -87,15 +91,6 @@ class Partitioned(AxisMetadata):
     value: Any
     names: tuple[Any, ...] = field(static=True, converter=_as_names)
     mesh: Any = field(static=True, default=None)
-
-    def __check_init__(self) -> None:
-        ndim = getattr(self.value, "ndim", None)
-        if ndim is not None and ndim != len(self.names):
-            raise AxisMetadataError(
-                f"Partitioned got a value of shape {tuple(self.value.shape)} ({ndim} axes) "
-                f"but {len(self.names)} names {self.names}; give exactly one name (or None) "
-                "per axis."
-            )
 
     def unbox(self) -> Any:
         return self.value

@@ -7,8 +7,11 @@ function. Called with a scope (or a PyTree of scopes) it goes through six stages
    lifted is rebuilt later from that ancestor and its relative path).
 2. **Filtering**: each root's collections are split into one group per input filter, a
    collection going to the first filter that matches it; each rng stream matched by an
-   rng filter is re-seeded with ``make_rng``. Unmatched collections and streams are not
-   available inside (using one is an ``UnliftedCollectionError``/``UnliftedRngError``).
+   rng filter goes in as it is (a ``LazyRng``: the key plus the path folded in when a
+   key is drawn). Unmatched collections and streams are not available inside (using one
+   is an ``UnliftedCollectionError``/``UnliftedRngError``). As in Flax, the scopes
+   inside share the rng counters of the scopes outside, so keys drawn inside a
+   transform equal the keys drawn without it (split streams aside).
 3. **Transform**: ``fn(scope_fn, repack_fn, variable_groups, rng_groups, *args)`` runs,
    typically passing the groups through a pytreemod transform.
 4. **Scope reconstruction**: inside, ``scope_fn(variable_groups, rng_groups)`` rebuilds
@@ -115,7 +118,7 @@ def _partial_pack(
         s._check_valid()
     roots, paths = _dedup_scopes(scopes)
 
-    # Stage 2: variables into groups (first match wins), rngs re-seeded by make_rng.
+    # Stage 2: variables into groups (first match wins), rng streams (LazyRngs) as they are.
     per_root_vars = []
     per_root_rngs = []
     hidden: list[frozenset[str]] = []
@@ -128,7 +131,7 @@ def _partial_pack(
         for stream in root.rngs:
             for group, filt in zip(rng_groups, rfilters):
                 if _filters.in_filter(filt, stream):
-                    group[stream] = root.make_rng(stream)
+                    group[stream] = root.rngs[stream]  # a LazyRng: key plus path suffix
                     lifted.add(stream)
                     break
         per_root_rngs.append(tuple(rng_groups))
@@ -175,6 +178,7 @@ def _partial_pack(
                 flags=root.flags,
             )
             inner._lift = LiftInfo(transform, in_union, hide, root._lift)
+            inner.rng_counters = root.rng_counters  # shared, as in Flax
             inner_roots.append(inner)
         mapping = dict(zip(roots, inner_roots))
         rebuilt = []
@@ -241,8 +245,8 @@ def pack(
       unmatched collections are not available inside).
     - ``out_variable_filters``: one filter per output group; only collections they match
       are mutable inside.
-    - ``rng_filters``: one filter per rng group; matched streams are re-seeded with
-      ``make_rng``, unmatched ones are not available inside.
+    - ``rng_filters``: one filter per rng group; matched streams (``LazyRng``s) are
+      passed in, unmatched ones are not available inside.
     - ``name``: the transform's name, shown in scope paths (``/vmap(mlp)``) and errors.
     - ``enable_kwargs``: pass keyword arguments through to ``fn`` (otherwise they are
       ignored with a warning, as in Flax).

@@ -23,16 +23,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 import pytreemod as pm
 
-from . import _filters
+from . import _filters, meta
 from ._errors import LiftError, PartitioningUnspecifiedError
 from ._frozen_dict import unfreeze
 from ._lift import pack
 from ._lift_util import NO_AXES, is_scope, merge_carry, scope_paths, unzip2
-from ._scope import Scope
+from ._scope import LazyRng, Scope
 
 
 class _Broadcast:
@@ -113,7 +114,8 @@ def _mapped_size(given: int | None, pairs: list[tuple[Any, Any]], what: str, nam
 
 
 def _split_keys(group: tuple[dict[str, Any], ...], n: int) -> tuple[dict[str, Any], ...]:
-    return tuple({k: jax.random.split(v, n) for k, v in g.items()} for g in group)
+    # The keys inside each LazyRng are split (its path suffix is kept), as in Flax.
+    return tuple(jax.tree.map(lambda k: jax.random.split(k, n), g) for g in group)
 
 
 def _no_broadcast(spec: Any) -> Any:
@@ -135,6 +137,33 @@ def _contains(spec: Any, marker: Any) -> bool:
     if isinstance(spec, Mapping):
         return any(_contains(s, marker) for s in spec.values())
     return False
+
+
+# ----------------------------------------------------------------------------- boxes
+
+
+def _remove_axes(groups: Sequence[Any], axes: Sequence[Any], params: Any) -> tuple[Any, ...]:
+    """As in Flax, boxes of a mapped group lose the axis before the transform sees the
+    (still stacked) values; a box may change its value there (e.g. broadcast it)."""
+    return tuple(
+        g if ax is None else meta.remove_axis(g, ax, params) for g, ax in zip(groups, axes)
+    )
+
+
+def _add_axes(groups: Sequence[Any], axes: Sequence[Any], params: Any) -> tuple[Any, ...]:
+    """The boxes of a mapped output group gain the axis after the values are stacked."""
+    return tuple(g if ax is None else meta.add_axis(g, ax, params) for g, ax in zip(groups, axes))
+
+
+def _hide_boxes(groups: Sequence[Any]) -> tuple[tuple[list[Any], ...], tuple[Any, ...]]:
+    """The leaves and tree structures of ``groups``: the pytreemod transform sees plain
+    arrays, so it does not touch the boxes' metadata a second time."""
+    flat = [jax.tree.flatten(g) for g in groups]
+    return tuple(f[0] for f in flat), tuple(f[1] for f in flat)
+
+
+def _show_boxes(leaves: Sequence[Any], treedefs: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(jax.tree.unflatten(t, list(x)) for t, x in zip(treedefs, leaves))
 
 
 # ----------------------------------------------------------------------------- vmap
@@ -211,13 +240,18 @@ def vmap(
                 _split_keys(g, size) if split else g for g, split in zip(rng_groups, rng_splits)
             )
 
-        def mapped(variable_groups: Any, rng_groups: Any, *args: Any) -> Any:
-            scope = scope_fn(variable_groups, rng_groups)
-            y = fn(scope, *args)
-            return y, repack_fn(scope)
-
         _check_partition_name(variable_groups, in_axes_v, params)
-        y, out_groups = pm.vmap(
+        in_leaves, in_trees = _hide_boxes(_remove_axes(variable_groups, in_axes_v, params))
+        out_trees: list[Any] = []
+
+        def mapped(leaves: Any, rng_groups: Any, *args: Any) -> Any:
+            scope = scope_fn(_show_boxes(leaves, in_trees), rng_groups)
+            y = fn(scope, *args)
+            out_leaves, trees = _hide_boxes(repack_fn(scope))
+            out_trees[:] = trees
+            return y, out_leaves
+
+        y, out_leaves = pm.vmap(
             mapped,
             in_axes=(tuple(in_axes_v), rng_axes, *arg_axes),
             out_axes=(out_axes, tuple(out_axes_v)),
@@ -225,9 +259,10 @@ def vmap(
             axis_name=axis_name,
             spmd_axis_name=spmd_axis_name,
             metadata_params=params,
-        )(tuple(variable_groups), tuple(rng_groups), *args)
+        )(in_leaves, tuple(rng_groups), *args)
+        out_groups = _show_boxes(out_leaves, out_trees)
         _check_partition_name(out_groups, out_axes_v, params)
-        return y, out_groups
+        return y, _add_axes(out_groups, out_axes_v, params)
 
     return pack(inner, in_groups, out_groups, rng_filters, name="vmap")
 
@@ -297,9 +332,12 @@ def scan(
       rng_groups)`` applied inside each iteration.
     - ``metadata_params``: passed to the boxes' ``add_axis``/``remove_axis``.
 
-    ``_split_transpose`` and ``check_constancy_invariants`` are accepted for signature
-    compatibility with Flax; broadcast outputs (``broadcast`` in ``out_axes``) are not
-    supported.
+    - ``check_constancy_invariants``: as in Flax, the body is traced once more outside the
+      loop (``False`` saves that trace; broadcast variables are then created by that
+      extra run only when they may be created).
+
+    ``_split_transpose`` is accepted for signature compatibility with Flax; broadcast
+    outputs (``broadcast`` in ``out_axes``) are not supported.
     """
     var_in, var_out = _split_in_out_axes(variable_axes)
     in_groups, in_axes_v = unzip2(var_in.items())
@@ -337,6 +375,8 @@ def scan(
         bcast_in, carry_in = variable_groups[0], variable_groups[1]
         scan_in = tuple(variable_groups[2:])
         _check_partition_name(scan_in, in_axes_v, params)
+        scan_leaves, scan_trees = _hide_boxes(_remove_axes(scan_in, in_axes_v, params))
+        scan_out_trees: list[Any] = []
         bcast_out: tuple[dict[str, Any], ...] = tuple({} for _ in bcast_in)
 
         probe = scope_fn(variable_groups, rng_groups)
@@ -344,33 +384,49 @@ def scan(
         where = scope_paths(probe)
         for s in scopes:
             s.invalidate()
-        if any(_filters.may_overlap(s.mutable, bcast_filter, tuple(s._variables)) for s in scopes):
-            # Broadcast variables may be created: run the body once, outside the loop.
+        creates_bcast = any(
+            _filters.may_overlap(s.mutable, bcast_filter, tuple(s._variables)) for s in scopes
+        )
+        if creates_bcast or check_constancy_invariants:
+            # One run of the body outside the loop (Flax's extra trace): it creates the
+            # broadcast variables when they may be created, else it is only traced.
             first = n - 1 if reverse else 0
-            xs0 = tuple(_slice_prefix(a, x, first, params) for a, x in zip(arg_axes, args))
-            scan0 = tuple(_slice_tree(g, ax, first, params) for g, ax in zip(scan_in, in_axes_v))
-            rngs0 = tuple(
-                jax.tree.map(lambda k: k[first], g) if split else g
-                for g, split in zip(rng_groups, rng_splits)
-            )
-            groups0 = (bcast_in, carry_in, *scan0)
-            if data_transform is not None:
-                groups0, rngs0 = data_transform(groups0, rngs0)
-            scope0 = scope_fn(groups0, rngs0)
-            fn(scope0, init, *xs0)
-            bcast_out = repack_fn(scope0)[0]
-            bcast_in = tuple({**b, **o} for b, o in zip(bcast_in, bcast_out))
+
+            def run_first() -> Any:
+                xs0 = tuple(_slice_prefix(a, x, first, params) for a, x in zip(arg_axes, args))
+                scan0 = _show_boxes(
+                    [[_take(x, ax, first) for x in g] for g, ax in zip(scan_leaves, in_axes_v)],
+                    scan_trees,
+                )
+                rngs0 = tuple(
+                    jax.tree.map(lambda k: k[first], g) if split else g
+                    for g, split in zip(rng_groups, rng_splits)
+                )
+                groups0: Any = (bcast_in, carry_in, *scan0)
+                if data_transform is not None:
+                    groups0, rngs0 = data_transform(groups0, rngs0)
+                scope0 = scope_fn(groups0, rngs0)
+                fn(scope0, init, *xs0)
+                return repack_fn(scope0)[0]
+
+            if creates_bcast:
+                bcast_out = run_first()
+                bcast_in = tuple({**b, **o} for b, o in zip(bcast_in, bcast_out))
+            else:
+                jax.eval_shape(run_first)
 
         def body(carry: Any, bcast: Any, scan_vars: Any, rngs: Any, *xs: Any) -> Any:
             carry_vars, c = carry
-            groups = (bcast, carry_vars, *scan_vars)
+            groups = (bcast, carry_vars, *_show_boxes(scan_vars, scan_trees))
             if data_transform is not None:
                 groups, rngs = data_transform(groups, rngs)
             scope = scope_fn(groups, rngs, mutable_filter=read_only_broadcast)
             c, y = fn(scope, c, *xs)
             out = repack_fn(scope)
             new_carry = merge_carry("scan", where, carry_vars, out[1])
-            return (new_carry, c), (y, tuple(out[2:]))
+            out_leaves, trees = _hide_boxes(out[2:])
+            scan_out_trees[:] = trees
+            return (new_carry, c), (y, out_leaves)
 
         (carry_out, c), (ys, scan_out) = pm.scan(
             body,
@@ -380,9 +436,10 @@ def scan(
             reverse=reverse,
             unroll=unroll,
             metadata_params=params,
-        )((carry_in, init), bcast_in, scan_in, rng_groups, *args)
+        )((carry_in, init), bcast_in, scan_leaves, rng_groups, *args)
+        scan_out = _show_boxes(scan_out, scan_out_trees)
         _check_partition_name(scan_out, out_axes_v, params)
-        return (c, ys), (bcast_out, carry_out, *scan_out)
+        return (c, ys), (bcast_out, carry_out, *_add_axes(scan_out, out_axes_v, params))
 
     return pack(
         inner,
@@ -459,6 +516,13 @@ def _static_indices(static_argnums: int | Iterable[int]) -> tuple[int, ...]:
     return (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
 
+def _py_numbers_to_arrays(tree: Any) -> Any:
+    def convert(x: Any) -> Any:
+        return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
+
+    return jax.tree.map(convert, tree)
+
+
 def checkpoint(
     fn: Callable[..., Any],
     variables: Any = True,
@@ -490,7 +554,9 @@ def checkpoint(
         **kwargs: Any,
     ) -> Any:
         fixed = {i % len(args): args[i] for i in static if -len(args) <= i < len(args)}
-        dynamic = [a for i, a in enumerate(args) if i not in fixed]
+        # As with jax.checkpoint, Python numbers in the other arguments are traced.
+        dynamic = [_py_numbers_to_arrays(a) for i, a in enumerate(args) if i not in fixed]
+        kwargs = _py_numbers_to_arrays(kwargs)
 
         def rematted(variable_groups: Any, rng_groups: Any, *dyn: Any, **kw: Any) -> Any:
             it = iter(dyn)
@@ -528,6 +594,23 @@ class _Static:
         return hash(self.value)
 
 
+def _flat_counts(counters: Mapping[Any, Any], prefix: tuple[Any, ...] = ()) -> dict[Any, int]:
+    """``{path: count}`` of a scope's nested rng counters."""
+    flat: dict[Any, int] = {}
+    for k, v in counters.items():
+        if isinstance(v, Mapping):
+            flat.update(_flat_counts(v, (*prefix, k)))
+        else:
+            flat[(*prefix, k)] = v
+    return flat
+
+
+def _set_count(counters: dict[Any, Any], path: tuple[Any, ...], n: int) -> None:
+    for k in path[:-1]:
+        counters = counters.setdefault(k, {})
+    counters[path[-1]] = n
+
+
 class _JitContext(threading.local):
     def __init__(self) -> None:
         self.stack: list[tuple[Callable[..., Any], Callable[..., Any]]] = []
@@ -546,11 +629,14 @@ def jit(
     """A lifted ``jax.jit`` (``pack`` plus ``pytreemod.jit``).
 
     ``fn(scope, *args)`` is compiled once per input structure, static values and scope
-    configuration (mutable collections, path, flags); later calls reuse the compiled
-    program. Non-array arguments are static automatically; ``static_argnums`` (positions
-    in ``fn``'s signature, the scope being 0) and ``static_argnames`` force hashable
-    values to be static. ``donate_argnums`` (same positions) donate argument buffers.
-    Unlike Flax's core ``jit``, ``fn`` takes no module hash key.
+    configuration (mutable collections, flags, rng counters). As in Flax, the path is not
+    part of the key, so the same module at several paths is traced once (the trace's
+    error messages name the first path); the rng streams go in without their path
+    suffix, and the counters advance on every call as the first trace advanced them.
+    Non-array arguments are static automatically; ``static_argnums`` (positions in
+    ``fn``'s signature, the scope being 0) and ``static_argnames`` force hashable values
+    to be static. ``donate_argnums`` (same positions) donate argument buffers. Unlike
+    Flax's core ``jit``, ``fn`` takes no module hash key.
     """
     static = {i for i in _static_indices(static_argnums) if i > 0}
     names = {static_argnames} if isinstance(static_argnames, str) else set(static_argnames)
@@ -574,6 +660,7 @@ def jit(
         return y, repack_fn(s)
 
     compiled = pm.jit(jitted, donate_argnums=donate, **jit_kwargs)
+    draws: dict[Any, list[dict[tuple[Any, ...], int]]] = {}
 
     def inner(
         scope_fn: Callable[..., Any],
@@ -589,7 +676,13 @@ def jit(
             (
                 jax.tree.structure(probe, is_leaf=is_scope),
                 tuple(
-                    (s.path, s.debug_path, s.mutable, s.flags, s._lift.key() if s._lift else None)
+                    (
+                        s.mutable,
+                        s.flags,
+                        s._lift.key() if s._lift else None,
+                        # Keys drawn inside fold the counters in as constants.
+                        frozenset(_flat_counts(s.rng_counters).items()),
+                    )
                     for s in scopes
                 ),
             )
@@ -598,11 +691,29 @@ def jit(
             s.invalidate()
         args = tuple(_Static(a) if i + 1 in static else a for i, a in enumerate(args))
         kwargs = {k: _Static(v) if k in names else v for k, v in kwargs.items()}
+        # As in Flax: the keys go in without their path suffix (so one trace serves every
+        # path), and the rng counters advance as the first trace advanced them even when
+        # the call reuses a compiled program (the body does not run then).
+        rng_groups = jax.tree.map(
+            lambda r: r.clear_suffix() if isinstance(r, LazyRng) else r,
+            rng_groups,
+            is_leaf=lambda r: isinstance(r, LazyRng),
+        )
+        before = [_flat_counts(s.rng_counters) for s in scopes]
         context.stack.append((scope_fn, repack_fn))
         try:
-            return compiled(fingerprint, variable_groups, rng_groups, *args, **kwargs)
+            out = compiled(fingerprint, variable_groups, rng_groups, *args, **kwargs)
         finally:
             context.stack.pop()
+        if fingerprint not in draws:
+            draws[fingerprint] = [
+                {k: v - old.get(k, 0) for k, v in _flat_counts(s.rng_counters).items()}
+                for s, old in zip(scopes, before)
+            ]
+        for s, old, delta in zip(scopes, before, draws[fingerprint]):
+            for path, n in delta.items():
+                _set_count(s.rng_counters, path, old.get(path, 0) + n)
+        return out
 
     return pack(inner, (variables,), (variables,), (rngs,), name="jit", enable_kwargs=True)
 
@@ -610,10 +721,9 @@ def jit(
 def fold_rngs(
     fn: Callable[..., Any], variables: Any = True, rngs: Any = True
 ) -> Callable[..., Any]:
-    """Run ``fn`` on a lifted scope whose rng streams are re-seeded (``make_rng``) once.
-
-    The streams inside start from fresh keys folded from the caller's streams, so the
-    call consumes one key per stream of the caller, however many it draws inside.
+    """Run ``fn`` on a lifted scope whose rng streams lose their path suffix (Flax's
+    ``fold_rngs``): the keys drawn inside depend on the caller's keys and counters,
+    not on where the scope sits in the tree.
     """
 
     def inner(
@@ -624,6 +734,11 @@ def fold_rngs(
         *args: Any,
         **kwargs: Any,
     ) -> Any:
+        rng_groups = jax.tree.map(
+            lambda r: r.clear_suffix() if isinstance(r, LazyRng) else r,
+            rng_groups,
+            is_leaf=lambda r: isinstance(r, LazyRng),
+        )
         s = scope_fn(variable_groups, rng_groups)
         y = fn(s, *args, **kwargs)
         return y, repack_fn(s)

@@ -231,6 +231,24 @@ def _fingerprint(obj: Any, path: tuple[str, ...], seen: dict[int, int]) -> Any:
                 ),
             )
         )
+        scope = obj.scope
+        if scope is not None:
+            # As in Flax: the rng counters (keys drawn inside a trace fold them in as
+            # constants, so a call after draws retraces) and the names taken.
+            reserved = tuple(
+                sorted((k, tuple(sorted(map(str, v)))) for k, v in scope.reservations.items())
+            )
+            parts.append(
+                (
+                    "scope",
+                    (
+                        _fingerprint(scope.mutable, (*path, "mutable"), seen),
+                        _fingerprint(scope.flags, (*path, "flags"), seen),
+                        _fingerprint(scope.rng_counters, (*path, "rng_counts"), seen),
+                        reserved,
+                    ),
+                )
+            )
         return (type(obj), tuple(parts))
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return (

@@ -217,7 +217,8 @@ def map_variables(
 
 
 def fold_rngs(target: Target, variables: Any = True, rngs: Any = True) -> Target:
-    """Run with the rng streams re-seeded once per call (what ``jit`` does to them)."""
+    """Run with one fresh key per rng stream per call, without the path suffix (what
+    ``jit`` does to them)."""
 
     def fold(fn: Callable[..., Any], variables: Any = True, rngs: Any = True) -> Any:
         return lift.fold_rngs(fn, variables=variables, rngs=rngs)

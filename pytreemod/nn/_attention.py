@@ -154,6 +154,12 @@ def _init_flat(
         ) from None
     except Exception:  # an initializer that cannot be traced: assume a plain array
         probe = None
+    names = getattr(probe, "names", None)
+    if isinstance(probe, AxisMetadata) and names is not None and len(names) != len(shape):
+        raise LayerConfigError(
+            f"A partitioned kernel initializer names the axes of the flattened {flat} "
+            f"matrix; name each axis of the kernel's full shape {shape} instead."
+        )
     if isinstance(probe, AxisMetadata):
         return init(key, shape, dtype)
     value = init(key, flat, dtype)

@@ -1,13 +1,16 @@
 """``adapters.struct``: pytree dataclasses as ``flax.struct``'s."""
 
 import dataclasses
+from typing import Any
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import pytest
 
+import pytreemod as pm
 from adapters import serialization, struct
+from adapters.core import meta
 
 
 @struct.dataclass
@@ -85,3 +88,27 @@ def test_jit_and_state_dict() -> None:
     assert set(serialization.to_state_dict(p)) == {"x", "y"}
     restored = serialization.from_state_dict(p, {"x": jnp.full(2, 5.0), "y": jnp.zeros(2)})
     assert float(restored.x[0]) == 5.0 and restored.label == "p"
+
+
+def test_pytree_node_that_is_also_an_axis_metadata_box() -> None:
+    # A custom box (PyTreeNode + AxisMetadata, a pytreemod Module) is a frozen pytree whose
+    # static fields (pytree_node=False) are part of the structure.
+    class Box(struct.PyTreeNode, meta.AxisMetadata):  # pyright: ignore[reportIncompatibleMethodOverride]
+        value: Any
+        tag: str = struct.field(pytree_node=False, default="t")
+
+        def unbox(self) -> Any:
+            return self.value
+
+        def add_axis(self, index: int, params: Any) -> "Box":
+            return self.replace(value=jnp.mean(self.value, axis=index))
+
+        def remove_axis(self, index: int, params: Any) -> "Box":
+            return self
+
+    b = Box(jnp.ones((2, 3)))
+    assert jax.tree.leaves(b)[0].shape == (2, 3)
+    assert jax.tree.map(lambda x: x * 2, b).tag == "t"
+    assert meta.add_axis({"v": b}, 0, {})["v"].value.shape == (3,)
+    with pytest.raises(pm.FrozenModuleError):
+        b.value = jnp.zeros(())  # type: ignore[misc]

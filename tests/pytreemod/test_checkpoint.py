@@ -290,14 +290,22 @@ def test_unknown_box_class(ckpt: str) -> None:
         pm.load(ckpt, {"p": jnp.ones(2)})
 
 
+class RankCheckedBox(pm.Partitioned):
+    """A box that insists on one name per axis (plain ``Partitioned`` does not, as Flax)."""
+
+    def __check_init__(self) -> None:
+        if jnp.ndim(self.value) != len(self.names):
+            raise ValueError("one name per axis")
+
+
 def test_bad_box_metadata_is_a_format_error(ckpt: str) -> None:
-    pm.save(ckpt, {"p": pm.Partitioned(jnp.ones(2), ("x",))})
+    pm.save(ckpt, {"p": RankCheckedBox(jnp.ones(2), ("x",))})
     with safe_open(ckpt, framework="np") as f:
         meta, data = f.metadata(), f.get_tensor("p")
     meta["pytreemod"] = meta["pytreemod"].replace('["x"]', '["x", "y"]')
     safetensors.numpy.save_file({"p": data}, ckpt, metadata=meta)
     with pytest.raises(
-        pm.CheckpointFormatError, match=r"saved Partitioned metadata .* does not fit"
+        pm.CheckpointFormatError, match=r"saved RankCheckedBox metadata .* does not fit"
     ):
         pm.load(ckpt, {"p": jnp.ones(2)})
 

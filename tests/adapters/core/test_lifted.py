@@ -139,6 +139,35 @@ def test_vmap_metadata_params_add_and_remove_axis() -> None:
     assert seen[0].names == ("in", "out")
 
 
+def test_vmap_box_changes_its_value_outside_the_mapping() -> None:
+    # As in Flax, remove_axis sees the stacked value before the vmap and add_axis the
+    # stacked output after it: a box may store a reduced value and broadcast it back.
+    class Mean(pm.AxisMetadata):
+        def unbox(self) -> Any:
+            return self.value
+
+        def add_axis(self, index: int, params: Any) -> "Mean":
+            return self.replace(value=jnp.mean(self.value, axis=index))
+
+        def remove_axis(self, index: int, params: Any) -> "Mean":
+            shape = list(self.value.shape)
+            shape.insert(index, params["size"])
+            return self.replace(value=jnp.broadcast_to(self.value, shape))
+
+    seen: list[tuple[int, ...]] = []
+
+    def body(scope: Scope, x: jax.Array) -> jax.Array:
+        v = scope.variable("aux", "v", lambda: Mean(jnp.ones(())), unbox=False)
+        seen.append(v.value.value.shape)
+        return x
+
+    f = lift.vmap(body, variable_axes={"aux": 0}, split_rngs={}, metadata_params={"size": 2})
+    _, v = init(f)(KEY, jnp.ones((2, 5)))
+    assert v["aux"]["v"].value.shape == ()
+    apply(f)(v, jnp.ones((2, 5)))
+    assert seen == [(), ()]
+
+
 # ----------------------------------------------------------------------------- scan
 
 
@@ -252,6 +281,22 @@ def test_scan_metadata_params() -> None:
     np.testing.assert_allclose(c, jnp.ones(2))
 
 
+def test_scan_check_constancy_invariants_traces_the_body_twice() -> None:
+    for check, expected in ((True, 2), (False, 1)):
+        traces: list[int] = []
+
+        def body(
+            scope: Scope, c: jax.Array, x: jax.Array, traces: list[int] = traces
+        ) -> tuple[jax.Array, jax.Array]:
+            traces.append(1)
+            return c + x, x
+
+        f = lift.scan(body, check_constancy_invariants=check)
+        (c, ys), _ = init(f)(KEY, jnp.zeros(()), jnp.arange(3.0))
+        assert len(traces) == expected
+        assert float(c) == 3.0 and ys.shape == (3,)
+
+
 def test_scan_split_rngs_differ_per_iteration() -> None:
     def body(scope: Scope, c: Any, _: Any) -> Any:
         return c, random.uniform(scope.make_rng("noise"), ())
@@ -326,6 +371,18 @@ def test_remat_static_argnums_and_policy() -> None:
     np.testing.assert_allclose(y, hand_mlp(v, x * 2, 2), rtol=1e-6)
 
 
+def test_remat_traces_python_numbers_unless_static() -> None:
+    kinds: list[bool] = []
+
+    def body(scope: Scope, x: jax.Array, flag: bool) -> jax.Array:
+        kinds.append(isinstance(flag, jax.Array))
+        return x
+
+    init(lift.remat(body))(KEY, jnp.ones(2), True)
+    init(lift.remat(body, static_argnums=(1,)))(KEY, jnp.ones(2), True)
+    assert kinds == [True, False]
+
+
 def test_remat_scan_matches_unrolled_loop() -> None:
     def body(scope: Scope, x: jax.Array) -> jax.Array:
         return x + jnp.tanh(nn.dense(scope, x, x.shape[-1]))
@@ -372,6 +429,39 @@ def test_jit_matches_and_compiles_once() -> None:
     assert len(traces) == n_init + 1  # one trace for the apply configuration
     assert float(v["stats"]["n"]) == 4.0
     np.testing.assert_allclose(y2, hand_mlp(v, x), rtol=1e-6)
+
+
+def test_jit_cache_does_not_depend_on_the_scope_path() -> None:
+    traces: list[int] = []
+
+    def body(scope: Scope, x: jax.Array) -> jax.Array:
+        traces.append(1)
+        return nn.dense(scope, x, 2)
+
+    f = lift.jit(body)
+
+    def net(scope: Scope, x: jax.Array) -> jax.Array:
+        return f(scope.push("a"), x) + f(scope.push("b"), x)
+
+    x = jnp.ones((1, 3))
+    _, v = init(net)(KEY, x)
+    assert len(traces) == 1  # one trace serves both paths
+    ref = sum(x @ v["params"][n]["kernel"] + v["params"][n]["bias"][None] for n in ("a", "b"))
+    np.testing.assert_allclose(apply(net)(v, x), ref, rtol=1e-6)
+
+
+def test_jit_draws_the_keys_of_the_plain_function() -> None:
+    # The caller's counters are shared: a second call draws the next key, not the first
+    # one again (the counters are part of the compilation key).
+    def body(scope: Scope) -> jax.Array:
+        return random.normal(scope.make_rng("noise"), ())
+
+    f = lift.jit(body)
+    rngs = {"params": KEY, "noise": random.key(1)}
+    jitted = apply(lambda scope: (f(scope), f(scope)))({}, rngs=rngs)
+    plain = apply(lambda scope: (body(scope), body(scope)))({}, rngs=rngs)
+    assert float(jitted[0]) != float(jitted[1])
+    np.testing.assert_array_equal(jitted, plain)
 
 
 def test_jit_static_argnums_and_donate() -> None:

@@ -9,7 +9,7 @@ from jax import numpy as jnp
 from jax import random
 
 import pytreemod as pm
-from adapters.core import DenyList, Scope, apply, init, lift
+from adapters.core import DenyList, LazyRng, Scope, apply, init, lift
 from adapters.core import nn as core_nn
 from adapters.core.errors import ModifyScopeVariableError, UnliftedCollectionError
 
@@ -103,22 +103,34 @@ def test_unmatched_collections_are_unavailable_inside() -> None:
         apply(packed)(make_vars())
 
 
-def test_rngs_are_reseeded_and_grouped() -> None:
+def test_rngs_are_passed_through_and_grouped() -> None:
     seen: dict[str, Any] = {}
+    drawn: list[Any] = []
+
+    def draw(scope: Any, *_: Any) -> None:
+        drawn.append(random.key_data(scope.make_rng("dropout")))
 
     def f(scope: Scope) -> None:
-        lift.pack(recorder(seen), (True,), (True,), (["dropout"], True))(scope)
+        child = scope.push("c")
+        lift.pack(recorder(seen, draw), (True,), (True,), (["dropout"], True))(child)
+        draw(child)  # the counter inside was the child's own: this is its second key
+
+    def ref(scope: Scope) -> None:
+        child = scope.push("c")
+        draw(child)
+        draw(child)
 
     rngs = {"params": random.key(0), "dropout": random.key(1), "noise": random.key(2)}
     apply(f)({}, rngs=rngs)
     ((drop,), (rest,)) = seen["rng_groups"]
     assert set(drop) == {"dropout"} and set(rest) == {"params", "noise"}
-    first = random.key_data(drop["dropout"])
-    seen.clear()
-    apply(f)({}, rngs=rngs)
-    assert np.array_equal(first, random.key_data(seen["rng_groups"][0][0]["dropout"]))
-    # Not the caller's key itself: a fresh key made by make_rng.
-    assert not np.array_equal(first, random.key_data(rngs["dropout"]))
+    # The caller's stream itself (a LazyRng with the child's path), not a fresh key.
+    assert isinstance(drop["dropout"], LazyRng) and drop["dropout"].suffix == ("c",)
+    lifted = list(drawn)
+    drawn.clear()
+    apply(ref)({}, rngs=rngs)
+    assert len(lifted) == 2 and all(np.array_equal(a, b) for a, b in zip(lifted, drawn))
+    assert not np.array_equal(drawn[0], drawn[1])
 
 
 def test_scope_dedup_reconstructs_children_from_their_root() -> None:

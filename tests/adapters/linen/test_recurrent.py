@@ -23,8 +23,8 @@ LENGTHS = jnp.array([5, 2, 3])
 
 
 def check_scanned(build: Callable[[Any], Any], *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-    """``check`` without comparing initial values (see the xfail test below: parameters
-    created inside ``nn.scan`` are drawn with other keys than Flax's)."""
+    """``check`` without comparing initial values (those are compared once, in
+    ``test_rnn_initial_parameters_match_flax``)."""
     return check(build, *args, init_values=False, **kwargs)
 
 
@@ -146,11 +146,6 @@ def test_rnn_matches_flax(name: str, attrs: dict[str, Any], call: dict[str, Any]
     check_scanned(lambda m: m.RNN(m.LSTMCell(4), **attrs), X, **call)
 
 
-@pytest.mark.xfail(
-    reason="adapters.core's pack re-seeds every lifted rng stream with make_rng where Flax "
-    "passes the scope's rngs (and counters) through, so parameters created inside nn.scan "
-    "draw other keys than Flax's"
-)
 def test_rnn_initial_parameters_match_flax() -> None:
     check(lambda m: m.RNN(m.SimpleCell(4)), X, init_values=True)
 
