@@ -238,11 +238,21 @@ _INIT_SHAPES: "weakref.WeakKeyDictionary[Any, dict[Any, list[tuple[int, ...]]]]"
 )
 
 
+def _hashable(x: Any) -> Any:
+    """``x`` with lists turned into tagged tuples, so that shape arguments given as lists
+    (``[features]``, as Linen's norms pass them) can key the shape cache."""
+    if isinstance(x, list):
+        return (list, tuple(_hashable(v) for v in x))
+    if type(x) is tuple:
+        return tuple(_hashable(v) for v in x)
+    return x
+
+
 def _init_shapes(
     init_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> list[tuple[int, ...]]:
     per_fn: dict[Any, list[tuple[int, ...]]] | None
-    key: Any = (args, tuple(sorted(kwargs.items())) if kwargs else ())
+    key: Any = (_hashable(args), _hashable(tuple(sorted(kwargs.items()))) if kwargs else ())
     try:
         per_fn = _INIT_SHAPES.get(init_fn)
         hit = per_fn.get(key) if per_fn is not None else None

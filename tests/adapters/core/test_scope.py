@@ -326,3 +326,22 @@ def test_param_shape_check_cache_does_not_keep_initializers_alive() -> None:
     holder.clear()
     gc.collect()
     assert ref() is None
+
+
+def test_param_shape_check_traces_the_initializer_once_for_list_shapes() -> None:
+    # apply checks a stored param's shape against its initializer's (abstractly); the
+    # result is cached per initializer and arguments, lists included (Linen's norms pass
+    # their shapes as lists).
+    calls = []
+
+    def counting_init(key: jax.Array, shape: list[int]) -> jax.Array:
+        calls.append(shape)
+        return jnp.zeros(shape)
+
+    def f(scope: Scope) -> jax.Array:
+        return scope.param("w", counting_init, [3])
+
+    _, variables = init(f)(jax.random.key(0))
+    for _ in range(3):
+        apply(f)(variables)
+    assert len(calls) == 2  # the real init, then one abstract trace for all the applies
