@@ -81,6 +81,7 @@ from ._sharding import with_logical_constraint as with_logical_constraint
 from ._sharding import with_logical_partitioning as with_logical_partitioning
 from ._state import apply as apply
 from ._state import is_mutable as is_mutable
+from ._train_state import TrainState as TrainState
 from ._transforms import Carry as Carry
 from ._transforms import DiffState as DiffState
 from ._transforms import StateAxes as StateAxes
@@ -99,7 +100,6 @@ from ._tree import is_array as is_array
 from ._tree import is_inexact_array as is_inexact_array
 from ._tree import tree_at as tree_at
 from ._tree import tree_equal as tree_equal
-from ._train_state import TrainState as TrainState
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
