@@ -53,8 +53,9 @@ SECTIONS = [
 
 
 def main() -> None:
-    """Run every section, or only those whose command contains one of the arguments
-    (``python -m benchmarks.run_all dispatch``); sections not run keep their old text."""
+    """Run every section, or only those whose module is named by an argument
+    (``python -m benchmarks.run_all dispatch linen``); sections not run keep their old
+    text."""
     only = set(sys.argv[1:])
     path = ROOT / "docs" / "benchmarks.md"
     old: dict[str, str] = {}
@@ -71,7 +72,8 @@ def main() -> None:
         "",
     ]
     for title, args, target in SECTIONS:
-        if only and not any(o in " ".join(args) for o in only):
+        module = args[-1]
+        if only and not any(o in (module, module.rsplit(".", 1)[-1]) for o in only):
             if title in old:
                 parts += [f"## {title}{chr(10)}{old[title].rstrip()}", "", ""]
             continue
