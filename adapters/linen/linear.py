@@ -308,11 +308,11 @@ class _Conv(Module):
         kernel_size = _kernel_size(self.kernel_size)
         padding = _padding(self.padding, len(kernel_size))
         in_features = jnp.shape(inputs)[-1]
-        options: dict[str, Any] = dict(
-            strides=self.strides,
+        options: dict[str, Any] = dict(  # None means 1, as in Flax
+            strides=1 if self.strides is None else self.strides,
             padding=padding,
-            input_dilation=self.input_dilation,
-            kernel_dilation=self.kernel_dilation,
+            input_dilation=1 if self.input_dilation is None else self.input_dilation,
+            kernel_dilation=1 if self.kernel_dilation is None else self.kernel_dilation,
         )
         if self.shared_weights:
             assert in_features % self.feature_group_count == 0

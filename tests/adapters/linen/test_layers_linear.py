@@ -114,6 +114,7 @@ def test_einsum_str_given_twice_or_never() -> None:
         {"kernel_size": (3, 3), "padding": [(1, 2), 0]},
         {"kernel_size": (3, 3), "feature_group_count": 3},
         {"kernel_size": (3, 3), "mask": jnp.tril(jnp.ones((3, 3, 3, 6)))},
+        {"kernel_size": (3, 3), "strides": None, "input_dilation": None, "kernel_dilation": None},
     ],
 )
 def test_conv(kwargs: dict[str, Any]) -> None:
