@@ -198,7 +198,10 @@ class MultiHeadAttention(Module, typecheck=True):
     ``cached_key``, ``cached_value`` (``(*batch, max_len, heads, head_dim)``) and
     ``cache_index`` in the ``cache`` collection; each ``decode(x_step)`` call attends from
     the new positions to everything decoded so far and writes the cache, so it runs as
-    ``y, layer = pm.apply(layer.decode, x_step, mutable="cache")``.
+    ``y, layer = pm.apply(layer.decode, x_step, mutable="cache")``. Decoding past
+    ``max_len`` is an error, never a silent overwrite: eagerly a ``LayerConfigError``;
+    under ``jit``/``scan`` the compiled call fails (a ``JaxRuntimeError``) with the same
+    "The decoding cache is full" message.
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm

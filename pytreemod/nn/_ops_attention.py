@@ -17,6 +17,7 @@ from jaxtyping import Float, Inexact, Integer, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked
+from ._checks import error_if
 from ._ops_common import promote_dtype
 from ._ops_dropout import check_rate
 
@@ -322,7 +323,8 @@ def update_kv_cache(
     Returns the new cache, ``index + steps``, and the mask (``(*1, 1, steps, max_len)``)
     letting the new query ``i`` attend to cached positions ``j <= index + i``: causal
     attention over everything decoded so far. ``index + steps`` must not exceed
-    ``max_len`` (checked when ``index`` is concrete; under ``jit`` it cannot be).
+    ``max_len``: past it a ``LayerConfigError`` is raised eagerly, and under ``jit``/``scan``
+    the compiled step fails with the same message (see ``_checks.error_if``).
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -333,16 +335,18 @@ def update_kv_cache(
     (1, [1, 0, 0, 0])
     """
     steps, max_len = key.shape[-3], cached_key.shape[-3]
-    try:
-        start = int(index)
-    except (jax.errors.ConcretizationTypeError, TypeError):
-        start = None
-    if start is not None and start + steps > max_len:
-        raise LayerConfigError(
-            f"The decoding cache is full: writing {steps} step(s) at position {start} "
-            f"exceeds its max_len={max_len}. Build it with a larger init_cache(max_len=...)."
-        )
     index = jnp.asarray(index, jnp.int32)
+    # Under jit the index is traced: the check runs in the compiled program (a host
+    # callback taken only when the cache overflows). Eagerly it raises at once.
+    index = error_if(
+        index,
+        index + steps > max_len,
+        f"The decoding cache is full: writing {steps} step(s) at position "
+        f"{{index}} exceeds its max_len={max_len}. Build it with a larger "
+        "init_cache(max_len=...).",
+        LayerConfigError,
+        index=index,
+    )
     zero = jnp.zeros((), jnp.int32)
     starts = (zero,) * (key.ndim - 3) + (index, zero, zero)
     key, value = jnp.asarray(key, cached_key.dtype), jnp.asarray(value, cached_value.dtype)

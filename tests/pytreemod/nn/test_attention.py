@@ -282,6 +282,59 @@ def test_overfull_cache_is_an_error_when_the_index_is_known(getkey: Key) -> None
         pm.apply(layer.decode, jnp.ones((1, 3, 16)), mutable="cache")
 
 
+def test_overfull_cache_under_jit_fails_with_the_message(getkey: Key) -> None:
+    model = _layer(getkey).init_cache(1, max_len=2)
+    step = pm.jit(lambda m, v: pm.apply(m.decode, v, mutable="cache"))
+    x = jnp.ones((1, 1, 16))
+    _, model = step(model, x)
+    _, model = step(model, x)
+    with pytest.raises(
+        Exception,
+        match=r"decoding cache is full: writing 1 step\(s\) at position 2 exceeds its max_len=2",
+    ):
+        jax.block_until_ready(step(model, x))
+
+
+def test_overfull_cache_inside_a_scan_fails(getkey: Key) -> None:
+    model = _layer(getkey).init_cache(1, max_len=3)
+
+    @pm.jit
+    def run(m: pm.nn.MultiHeadAttention, xs: jax.Array) -> jax.Array:
+        def body(m: pm.nn.MultiHeadAttention, xt: jax.Array):
+            y, m = pm.apply(m.decode, xt, mutable="cache")
+            return m, y
+
+        return jax.lax.scan(body, m, xs)[1]
+
+    assert run(model, jnp.ones((3, 1, 1, 16))).shape == (3, 1, 1, 16)
+    with pytest.raises(Exception, match=r"decoding cache is full.*position 3"):
+        jax.block_until_ready(run(model, jnp.ones((4, 1, 1, 16))))
+
+
+def test_overfull_cache_check_under_vmap_fails_only_when_one_overflows() -> None:
+    cache = jnp.zeros((2, 3, 1, 2))
+    step = jax.jit(
+        jax.vmap(
+            lambda i: F.update_kv_cache(
+                cache, cache, i, jnp.ones((2, 1, 1, 2)), jnp.ones((2, 1, 1, 2))
+            )[2]
+        )
+    )
+    assert step(jnp.array([0, 2])).tolist() == [1, 3]
+    with pytest.raises(Exception, match=r"decoding cache is full.*max_len=3"):
+        jax.block_until_ready(step(jnp.array([0, 3])))
+
+
+def test_cache_check_keeps_gradients_flowing(getkey: Key) -> None:
+    model = _layer(getkey).init_cache(1, max_len=2)
+
+    def loss(x: jax.Array) -> jax.Array:
+        return jnp.sum(pm.apply(model.decode, x, mutable="cache")[0])
+
+    grad = jax.jit(jax.grad(loss))(jnp.ones((1, 1, 16)))
+    assert grad.shape == (1, 1, 16) and bool(jnp.all(jnp.isfinite(grad)))
+
+
 def test_masks_helpers() -> None:
     causal = F.make_causal_mask(jnp.ones((2, 3)))
     assert causal.shape == (2, 1, 3, 3) and causal.dtype == jnp.bool_
