@@ -66,7 +66,7 @@ def _linears(
     out: int,
     key: jax.Array,
     **kwargs: Any,
-) -> dict[str, Linear]:
+) -> dict[str, Linear | Conv]:
     """``Linear`` layers ``name -> (in_features, use_bias, kernel_init, bias_init)``."""
     keys = jax.random.split(key, len(spec))
     return {
@@ -77,10 +77,15 @@ def _linears(
     }
 
 
+def _bias(layer: Linear | Conv) -> jax.Array:
+    assert layer.bias is not None, "the hidden projections of an LSTM cell have a bias"
+    return layer.bias.value
+
+
 class _VectorCell(RNNCellBase):
     """Shared fields and carry of the cells over ``(*batch, features)`` inputs."""
 
-    projections: dict[str, Any]
+    projections: dict[str, Linear | Conv]
     in_features: int = field(static=True)
     hidden_features: int = field(static=True)
     carry_init: Initializer = field(static=True, repr=False)
@@ -151,7 +156,7 @@ class LSTMCell(_VectorCell):
             spec[f"i{gate}"] = (in_features, False, kernel_init, bias_init)
         for gate in "ifgo":
             spec[f"h{gate}"] = (hidden_features, True, recurrent_kernel_init, bias_init)
-        self.projections = _linears(
+        self.projections: dict[str, Linear | Conv] = _linears(
             spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
         )
         self.in_features = in_features
@@ -203,7 +208,7 @@ class OptimizedLSTMCell(LSTMCell):
             x,
             [p[f"i{gate}"].kernel.value for gate in "ifgo"],
             [layer.kernel.value for layer in hidden],
-            [layer.bias.value for layer in hidden],
+            [_bias(layer) for layer in hidden],
             gate_fn=self.gate_fn,
             activation_fn=self.activation_fn,
             dtype=p["ii"].dtype,
@@ -249,7 +254,7 @@ class GRUCell(_VectorCell):
         spec = {f"i{g}": (in_features, True, kernel_init, bias_init) for g in "rzn"}
         for g in "rzn":
             spec[f"h{g}"] = (hidden_features, g == "n", recurrent_kernel_init, bias_init)
-        self.projections = _linears(
+        self.projections: dict[str, Linear | Conv] = _linears(
             spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
         )
         self.in_features = in_features
@@ -321,7 +326,7 @@ class MGUCell(_VectorCell):
             "hf": (hidden_features, False, recurrent_kernel_init, activation_bias_init),
             "hn": (hidden_features, reset_gate, recurrent_kernel_init, activation_bias_init),
         }
-        self.projections = _linears(
+        self.projections: dict[str, Linear | Conv] = _linears(
             spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
         )
         self.in_features = in_features
@@ -391,7 +396,7 @@ class SimpleCell(_VectorCell):
             "i": (in_features, True, kernel_init, bias_init),
             "h": (hidden_features, False, recurrent_kernel_init, bias_init),
         }
-        self.projections = _linears(
+        self.projections: dict[str, Linear | Conv] = _linears(
             spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
         )
         self.in_features = in_features
@@ -467,10 +472,11 @@ class ConvLSTMCell(_VectorCell):
             precision=precision,
         )
         k1, k2 = jax.random.split(key)
-        self.projections = {
+        projections: dict[str, Linear | Conv] = {
             "ih": Conv(in_features, 4 * hidden_features, size, key=k1, **options),
             "hh": Conv(hidden_features, 4 * hidden_features, size, key=k2, **options),
         }
+        self.projections: dict[str, Linear | Conv] = projections
         self.in_features = in_features
         self.hidden_features = hidden_features
         self.carry_init = carry_init
