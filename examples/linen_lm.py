@@ -275,19 +275,48 @@ def batches(data: np.ndarray, batch: int, length: int, seed: int) -> Any:
 
 
 def make_mesh() -> Mesh:
-    """The 2x4 ``('data', 'model')`` mesh over the first eight devices."""
+    """The 2x4 ``('data', 'model')`` mesh over the first eight devices.
+
+    With several processes, ``jax.devices()`` lists every process's devices in process
+    order, so each row (a ``data`` shard) is one process's four devices: tensor
+    parallelism stays inside a process, data parallelism goes across processes.
+    """
     devices = np.asarray(jax.devices()[: MESH_SHAPE[0] * MESH_SHAPE[1]]).reshape(MESH_SHAPE)
     return Mesh(devices, MESH_AXES)
 
 
-def train(
-    cfg: Config, data: np.ndarray, mesh: Mesh, args: argparse.Namespace
-) -> tuple[Any, list[float]]:
-    """Train the LM with AdamW; return the trained (unboxed) parameters and the losses."""
+def global_array(value: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """A global array from a value every process computes in full (the batches here:
+    same seed, same windows). Each process builds only the shards of its own devices,
+    so this works with one process or many; ``jax.device_put`` needs every device to be
+    local."""
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """What a training run needs, built from the config and the mesh by ``make_trainer``:
+    ``init(key) -> (params, opt_state)`` and ``step(params, opt_state, batch, key) ->
+    (params, opt_state, loss)``, both jitted with the logical shardings, and those
+    shardings (for Orbax: ``abstract_state`` is the restore target)."""
+
+    model: LM
+    init: Callable[[jax.Array], Any]
+    step: Callable[..., Any]
+    state_shardings: Any
+    abstract_state: Any
+    batch_sharding: NamedSharding
+    replicated: NamedSharding
+
+
+def make_trainer(
+    cfg: Config, mesh: Mesh, *, batch: int, context: int, steps: int, learning_rate: float
+) -> Trainer:
+    """The LM with AdamW on ``mesh``; call under ``nn.logical_axis_rules(RULES)``."""
     model = LM(cfg, deterministic=False, mesh=mesh)
-    example = jnp.zeros((args.batch, args.context), jnp.int32)
-    warmup = max(1, min(20, args.steps // 5))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, args.learning_rate, warmup, args.steps + 1)
+    example = jnp.zeros((batch, context), jnp.int32)
+    warmup = max(1, min(20, steps // 5))
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup, steps + 1)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=1e-4))
 
     def init(key: jax.Array) -> Any:
@@ -299,8 +328,10 @@ def train(
     # init computes nothing.
     abstract = jax.eval_shape(init, jax.random.key(0))
     shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh)
-    params, opt_state = jax.jit(lambda key: nn.unbox(init(key)), out_shardings=shardings)(
-        jax.random.key(args.seed)
+    abstract_state = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        nn.unbox(abstract),
+        shardings,
     )
     batch_sharding = nn.logical_to_mesh_sharding(PartitionSpec("batch", "length"), mesh)
     replicated = NamedSharding(mesh, PartitionSpec())
@@ -320,6 +351,31 @@ def train(
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
+    return Trainer(
+        model,
+        jax.jit(lambda key: nn.unbox(init(key)), out_shardings=shardings),
+        step,
+        shardings,
+        abstract_state,
+        batch_sharding,
+        replicated,
+    )
+
+
+def train(
+    cfg: Config, data: np.ndarray, mesh: Mesh, args: argparse.Namespace
+) -> tuple[Any, Any, list[float]]:
+    """Train the LM with AdamW; return the trained (unboxed) parameters, the optimizer
+    state and the losses. Every process runs this same loop on its part of the arrays."""
+    trainer = make_trainer(
+        cfg,
+        mesh,
+        batch=args.batch,
+        context=args.context,
+        steps=args.steps,
+        learning_rate=args.learning_rate,
+    )
+    params, opt_state = trainer.init(jax.random.key(args.seed))
     n_params = sum(leaf.size for leaf in jax.tree.leaves(params))
     kernel = params["backbone"]["blocks"]["Dense_0"]["kernel"]
     print(f"LM: {n_params:,} parameters; an MLP kernel {kernel.shape} is laid out as")
@@ -329,12 +385,33 @@ def train(
     keys = jax.random.split(jax.random.key(args.seed + 1), args.steps)
     progress = tqdm(range(args.steps), desc="training", unit="step")
     for i in progress:
-        batch = jax.device_put(next(data_iter), batch_sharding)
-        params, opt_state, loss = step(params, opt_state, batch, keys[i])
-        losses.append(loss)
+        batch = global_array(next(data_iter), trainer.batch_sharding)
+        params, opt_state, loss = trainer.step(params, opt_state, batch, keys[i])
+        losses.append(loss)  # replicated: every process can read it
         if i % 10 == 0 or i == args.steps - 1:
             progress.set_postfix(loss=f"{float(loss):.3f}")
-    return params, [float(x) for x in losses]
+    return params, opt_state, [float(x) for x in losses]
+
+
+def save_checkpoint(path: str, params: Any, opt_state: Any) -> None:
+    """Write the sharded training state with Orbax (every process writes its shards;
+    call it in all of them)."""
+    import orbax.checkpoint as ocp
+
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(os.path.abspath(path), {"params": params, "opt_state": opt_state})
+    checkpointer.wait_until_finished()
+
+
+def restore_checkpoint(path: str, trainer: Trainer) -> tuple[Any, Any]:
+    """Read a checkpoint of ``save_checkpoint`` straight into ``trainer``'s shardings,
+    whatever the number of processes that wrote it."""
+    import orbax.checkpoint as ocp
+
+    params, opt_state = trainer.abstract_state
+    target = {"params": params, "opt_state": opt_state}
+    state = ocp.StandardCheckpointer().restore(os.path.abspath(path), target)
+    return state["params"], state["opt_state"]
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -347,7 +424,7 @@ def sample(
     the decoding cache; returns the texts and the largest difference between the cached
     logits and a full forward pass over the same characters."""
     decoder = LM(cfg, decode=True, mesh=mesh)
-    prompt = jnp.asarray(np.stack([vocab.encode(p) for p in PROMPTS]))
+    prompt = np.stack([vocab.encode(p) for p in PROMPTS])  # numpy: the same in every process
     batch, n_prompt = prompt.shape
     total = min(n_prompt + length, cfg.max_len)
     # init with a full-length input shapes the caches; eval_shape computes nothing.
@@ -355,7 +432,8 @@ def sample(
         decoder.init, jax.random.key(0), jnp.zeros((batch, cfg.max_len), jnp.int32)
     )
 
-    @jax.jit
+    # Replicated outputs: every process can read them.
+    @functools.partial(jax.jit, out_shardings=NamedSharding(mesh, PartitionSpec()))
     def generate(params: Any, prompt: jax.Array) -> tuple[jax.Array, jax.Array]:
         cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), nn.unbox(shapes["cache"]))
         seq = jnp.zeros((batch, total), jnp.int32).at[:, :n_prompt].set(prompt)
@@ -430,7 +508,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sample-len", type=int, default=40, help="characters to generate")
     parser.add_argument("--no-bridge", action="store_true", help="skip the bridge part")
     parser.add_argument("--no-plot", action="store_true", help="do not write the loss PNG")
+    parser.add_argument("--checkpoint", help="folder: save the final state there (Orbax)")
+    group = parser.add_argument_group("several processes (jax.distributed)")
+    group.add_argument("--coordinator", help="host:port of process 0 (starts jax.distributed)")
+    group.add_argument("--num-processes", type=int, default=1, help="processes in the run")
+    group.add_argument("--process-id", type=int, default=0, help="this process's index")
     return parser.parse_args(argv)
+
+
+def start_distributed(args: argparse.Namespace) -> None:
+    """Join the run of ``args.num_processes`` processes (before any other JAX call).
+    CPU devices talk to the other processes through ``gloo`` collectives."""
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        args.coordinator, num_processes=args.num_processes, process_id=args.process_id
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -438,31 +530,45 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     the gaps."""
     args = parse_args(argv)
     start = time.perf_counter()
+    if args.coordinator:
+        start_distributed(args)
     mesh = make_mesh()
     vocab = Vocabulary(CORPUS, MESH_SHAPE[1])
     data = vocab.encode(CORPUS)
     cfg = Config(vocab.size, args.width, args.layers, args.heads, max_len=args.context + 16)
     print(f"{len(CORPUS)} characters, vocabulary {len(vocab.chars)} (padded to {vocab.size})")
     with nn.logical_axis_rules(RULES):
-        params, losses = train(cfg, data, mesh, args)
+        params, opt_state, losses = train(cfg, data, mesh, args)
         print(f"loss: {np.mean(losses[:5]):.3f} (first 5 steps) -> {np.mean(losses[-5:]):.3f}")
-        texts, decode_gap = sample(cfg, params, vocab, args.sample_len, mesh)
-        for text in texts:
-            print(f"sample: {text!r}")
-        print(f"cached decoding vs full forward: max |logit difference| = {decode_gap:.2e}")
-        tokens = jnp.asarray(next(batches(data, 4, args.context, args.seed + 2)))[:, :-1]
-        bridge_gap = None if args.no_bridge else bridge_check(cfg, params, tokens, mesh)
+        if args.checkpoint:
+            save_checkpoint(args.checkpoint, params, opt_state)
+            print(f"checkpoint: {args.checkpoint}")
+        texts: list[str] = []
+        decode_gap = None
+        if args.sample_len > 0:
+            texts, decode_gap = sample(cfg, params, vocab, args.sample_len, mesh)
+            for text in texts:
+                print(f"sample: {text!r}")
+            print(f"cached decoding vs full forward: max |logit difference| = {decode_gap:.2e}")
+        bridge_gap = None
+        if not args.no_bridge and jax.process_count() == 1:  # the bridge needs local arrays
+            tokens = jnp.asarray(next(batches(data, 4, args.context, args.seed + 2)))[:, :-1]
+            bridge_gap = bridge_check(cfg, params, tokens, mesh)
     print(f"done in {time.perf_counter() - start:.1f}s")
-    if not args.no_plot:
+    devices = [jax.device_count(), jax.local_device_count(), jax.process_count()]
+    # (jax.distributed shuts down when the process exits.)
+    if not args.no_plot and jax.process_index() == 0:
         save_plot(losses, PLOT_PATH)
         print(f"loss plot: {PLOT_PATH}")
     return {
         "params": params,
+        "opt_state": opt_state,
         "losses": losses,
         "samples": texts,
         "decode_gap": decode_gap,
         "bridge_gap": bridge_gap,
         "config": cfg,
+        "devices": devices,
     }
 
 
