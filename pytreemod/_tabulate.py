@@ -221,13 +221,20 @@ class _Recorder:
                 where = format_path(path) if path else "the model"
                 err.add_note(
                     f"(raised while pm.tabulate ran {where}, a {type(module).__name__}, "
-                    f"on inputs {tree_pformat(_abstract((args, kwargs)))})"
+                    f"on inputs {_signature(args, kwargs)})"
                 )
             raise
         finally:
             self.active.discard(id(module))
         self.calls.append(_Call(path, module, _abstract((tuple(args), dict(kwargs))), out))
         return out
+
+
+def _signature(args: Any, kwargs: Any) -> str:
+    args, kwargs = _abstract((tuple(args), dict(kwargs)))
+    parts = [tree_pformat(a) for a in args]
+    parts += [f"{k}={tree_pformat(v)}" for k, v in kwargs.items()]
+    return f"({', '.join(parts)})"
 
 
 _recording: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar(
@@ -322,10 +329,19 @@ def _cost_flops(cost: Any) -> int | None:
     return int(flops) if flops >= 0 else None
 
 
-def _flops(fn: Callable[..., Any], tree: Any) -> int | None:
-    """FLOPs of ``fn(*tree)`` on abstract arrays, or ``None`` if the backend gives none."""
+def _flops(
+    fn: Callable[..., Any], tree: Any, cache: dict[Any, int | None] | None = None, tag: Any = None
+) -> int | None:
+    """FLOPs of ``fn(*tree)`` on abstract arrays, or ``None`` if the backend gives none.
+
+    ``cache`` (keyed by ``tag``, which names ``fn``, the tree's skeleton and the array
+    shapes) spares lowering identical calls again: the blocks of a deep model often are.
+    """
     skeleton, arrays, _ = pack(tree)
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
+    key = (tag, skeleton, tuple((a.shape, str(a.dtype)) for a in shapes))
+    if cache is not None and key in cache:
+        return cache[key]
 
     def flat(arrays: list[Any]) -> list[Any]:
         return pack(fn(*unpack(skeleton, arrays)))[1]
@@ -334,13 +350,18 @@ def _flops(fn: Callable[..., Any], tree: Any) -> int | None:
     flops = _cost_flops(lowered.cost_analysis())
     if flops is None:
         flops = _cost_flops(lowered.compile().cost_analysis())
+    if cache is not None:
+        cache[key] = flops
     return flops
 
 
-def _call_flops(module: Any, method: str, mutable: FilterLike, inputs: Any) -> int | None:
+def _call_flops(
+    module: Any, method: str, mutable: FilterLike, inputs: Any, cache: dict[Any, int | None]
+) -> int | None:
     args, kwargs = inputs
+    run = lambda m, a, k: _call(m, method, mutable, a, k)
     try:
-        return _flops(lambda m, a, k: _call(m, method, mutable, a, k), (module, args, kwargs))
+        return _flops(run, (module, args, kwargs), cache, method)
     except Exception:
         # A call that only works in its context (inside a transform, with an axis name
         # bound...) has no FLOPs of its own here; the model's total is still exact.
@@ -417,6 +438,7 @@ def tabulate(
         by_path.setdefault(c.path, []).append(c)
     collections: list[str] = []
     rows: list[Row] = []
+    cache: dict[Any, int | None] = {}  # per (method, skeleton, shapes)
     for node in _nodes(root):
         for col in _listing(node):
             if col not in collections:
@@ -428,7 +450,7 @@ def tabulate(
             name = method if not node.path else "__call__"
             flops = None
             if compute_flops and c is not None:
-                flops = _call_flops(node.module, name, mutable, c.inputs)
+                flops = _call_flops(node.module, name, mutable, c.inputs, cache)
             rows.append(
                 Row(
                     path=node.path,

@@ -49,13 +49,14 @@ def rich_table(summary: Any) -> Any:
     import rich.text
 
     options = summary.render_options
-    table = rich.table.Table(
-        show_header=True,
-        show_lines=True,
-        show_footer=True,
-        title=f"{summary.model_type.__name__} Summary",
+    table_kwargs: dict[str, Any] = {
+        "show_header": True,
+        "show_lines": True,
+        "show_footer": True,
+        "title": f"{summary.model_type.__name__} Summary",
         **options["table_kwargs"],
-    )
+    }
+    table = rich.table.Table(**table_kwargs)
     columns = ["path", "type", "inputs", "outputs"]
     if options["compute_flops"]:
         columns.append("flops")
