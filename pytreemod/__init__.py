@@ -81,6 +81,7 @@ from ._sharding import with_logical_constraint as with_logical_constraint
 from ._sharding import with_logical_partitioning as with_logical_partitioning
 from ._state import apply as apply
 from ._state import is_mutable as is_mutable
+from ._tabulate import tabulate as tabulate
 from ._train_state import TrainState as TrainState
 from ._transforms import Carry as Carry
 from ._transforms import DiffState as DiffState
