@@ -13,6 +13,9 @@ from pytreemod._treescope import treescope_repr
 
 treescope = pytest.importorskip("treescope")
 
+# What the classes define themselves, before the fixture below replaces it.
+MODULE_HOOK = pm.Module.__dict__.get("__treescope_repr__")
+
 
 class Block(pm.Module):
     weight: pm.Param
@@ -100,12 +103,18 @@ def test_abstract_modules_render() -> None:
 
 
 def test_module_classes_delegate_when_wired() -> None:
-    # Module.__treescope_repr__ is added in _module.py; the fixture above replaces it, so
-    # look at the class dict as defined.
-    own = pm.Module.__dict__.get("__treescope_repr__")
-    if own is treescope_repr:  # only the fixture's patch: not wired in _module.py yet
-        pytest.skip("Module.__treescope_repr__ not defined by pytreemod._module yet")
-    assert callable(own)
+    if MODULE_HOOK is None:
+        pytest.skip("Module.__treescope_repr__ is not defined by pytreemod._module yet")
+    seen: list[str | None] = []
+
+    def renderer(value: Any, path: str | None = None) -> Any:
+        from treescope import rendering_parts
+
+        seen.append(path)
+        return rendering_parts.text("x")
+
+    MODULE_HOOK(Net(), "m", renderer)
+    assert seen == ["m.blocks", "m.head"]
 
 
 def test_missing_treescope_is_a_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
