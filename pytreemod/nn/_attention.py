@@ -18,6 +18,7 @@ from . import _ops_linear as L
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._normalization import LayerNorm
 from ._ops_common import var_value
+from ._validate import callable_arg, layer_args, one_of, positive_int, positive_ints, probability
 
 _MHA = TypeVar("_MHA", bound="MultiHeadAttention")
 
@@ -56,6 +57,14 @@ class ProjectHeads(Module, typecheck=True):
         bias_init: Initializer = default_bias_init,
         key: jax.Array,
     ):
+        layer_args(
+            "ProjectHeads",
+            sizes={"in_features": in_features, "heads": heads, "head_dim": head_dim},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"kernel_init": kernel_init, "bias_init": bias_init},
+        )
         kkey, bkey = jax.random.split(key)
         shape = (in_features, heads, head_dim)
         self.kernel = Param(_init_flat(kernel_init, kkey, shape, 1, param_dtype))
@@ -114,6 +123,14 @@ class MergeHeads(Module, typecheck=True):
         bias_init: Initializer = default_bias_init,
         key: jax.Array,
     ):
+        layer_args(
+            "MergeHeads",
+            sizes={"heads": heads, "head_dim": head_dim, "out_features": out_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"kernel_init": kernel_init, "bias_init": bias_init},
+        )
         kkey, bkey = jax.random.split(key)
         shape = (heads, head_dim, out_features)
         self.kernel = Param(_init_flat(kernel_init, kkey, shape, 2, param_dtype))
@@ -255,6 +272,22 @@ class MultiHeadAttention(Module, typecheck=True):
         implementation: str | None = None,
         key: jax.Array,
     ):
+        sizes = {"num_heads": num_heads, "in_features": in_features}
+        optional = {"qkv_features": qkv_features, "out_features": out_features}
+        optional["kv_features"] = kv_features
+        sizes.update({k: v for k, v in optional.items() if v is not None})
+        layer_args(
+            "MultiHeadAttention",
+            sizes=sizes,
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"kernel_init": kernel_init, "bias_init": bias_init},
+        )
+        callable_arg("MultiHeadAttention", "out_kernel_init", out_kernel_init, optional=True)
+        callable_arg("MultiHeadAttention", "out_bias_init", out_bias_init, optional=True)
+        probability("MultiHeadAttention", "dropout_rate", dropout_rate)
+        one_of("MultiHeadAttention", "implementation", implementation, (None, "xla", "cudnn"))
         qkv = qkv_features or in_features
         if qkv % num_heads:
             raise LayerConfigError(
@@ -387,7 +420,8 @@ class MultiHeadAttention(Module, typecheck=True):
         stack of layers built with ``pm.vmap``, call it under ``pm.vmap`` too, so each layer
         gets its own cache.
         """
-        batch = (batch_shape,) if isinstance(batch_shape, int) else tuple(batch_shape)
+        batch = positive_ints("MultiHeadAttention.init_cache", "batch_shape", batch_shape)
+        positive_int("MultiHeadAttention.init_cache", "max_len", max_len)
         kernel = var_value(self.key.kernel)
         dtype = dtype or self.dtype or kernel.dtype
         kv_dim = var_value(self.value.kernel).shape[-1]

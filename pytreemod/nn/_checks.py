@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.custom_batching import custom_vmap
 
 from .._errors import PytreemodError
 
@@ -65,9 +66,24 @@ def error_if(
     names = tuple(values)
     shown = tuple(jnp.asarray(values[n]) for n in names)
     checked = _checked(
-        (arrays, shown), jnp.any(jnp.asarray(pred, bool)), _raiser(msg, error_cls, names)
+        (arrays, shown), _any_in_batch(jnp.asarray(pred, bool)), _raiser(msg, error_cls, names)
     )
     return jax.tree.unflatten(treedef, list(checked[0]))
+
+
+@custom_vmap
+def _any_in_batch(pred: jax.Array) -> jax.Array:
+    """``any(pred)``, and under ``vmap`` the any over the whole batch (an unbatched bool),
+    so the ``lax.cond`` stays a branch: the callback runs only when a check fails."""
+    return jnp.any(pred)
+
+
+@_any_in_batch.def_vmap
+def _any_in_batch_vmap(
+    axis_size: int, in_batched: list[bool], pred: jax.Array
+) -> tuple[jax.Array, bool]:
+    del axis_size, in_batched
+    return _any_in_batch(pred), False
 
 
 def _format(msg: str, values: dict[str, Any]) -> str:
@@ -78,8 +94,7 @@ def _format(msg: str, values: dict[str, Any]) -> str:
 
 def _raiser(msg: str, error_cls: type[Exception], names: tuple[str, ...]) -> Callable[..., Any]:
     def check(pred: Any, payload: Any) -> Any:
-        # Under vmap the cond becomes a select that runs this on every call: look at the
-        # predicate itself before raising.
+        # Under vmap the batch elements that passed come here too: raise on any failure.
         if np.any(pred):
             raise error_cls(_format(msg, dict(zip(names, payload[1], strict=True))))
         return payload

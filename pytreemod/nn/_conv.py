@@ -15,6 +15,7 @@ from . import _ops_conv as F
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._ops_common import as_tuple, var_value
 from ._ops_conv import PaddingLike
+from ._validate import layer_args, nonempty_output, positive_ints
 
 
 def _kernel_size(kernel_size: int | Sequence[int], num_spatial_dims: int | None) -> tuple[int, ...]:
@@ -25,8 +26,9 @@ def _kernel_size(kernel_size: int | Sequence[int], num_spatial_dims: int | None)
                 "dimensions is unknown: pass num_spatial_dims=..., a tuple kernel_size, or "
                 "use Conv1d/Conv2d/Conv3d."
             )
+        positive_ints("Conv", "kernel_size", kernel_size)
         return (kernel_size,) * num_spatial_dims
-    size = tuple(int(k) for k in kernel_size)
+    size = positive_ints("Conv", "kernel_size", kernel_size, allow_int=False)
     if num_spatial_dims is not None and len(size) != num_spatial_dims:
         raise LayerConfigError(
             f"kernel_size={size} has {len(size)} entries but num_spatial_dims={num_spatial_dims}."
@@ -142,6 +144,18 @@ class Conv(Module, typecheck=True):
         bias_init: Initializer = default_bias_init,
         key: jax.Array,
     ):
+        layer_args(
+            "Conv",
+            sizes={
+                "in_features": in_features,
+                "out_features": out_features,
+                "feature_group_count": feature_group_count,
+            },
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"kernel_init": kernel_init, "bias_init": bias_init},
+        )
         size = _kernel_size(kernel_size, num_spatial_dims)
         n = len(size)
         if in_features % feature_group_count or out_features % feature_group_count:
@@ -151,9 +165,13 @@ class Conv(Module, typecheck=True):
             )
         # Check every setting before spending time on initialisation.
         F.canonicalize_padding(padding, n)
-        self.strides = as_tuple(strides, n, "strides")
-        self.input_dilation = as_tuple(input_dilation, n, "input_dilation")
-        self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation")
+        self.strides = positive_ints("Conv", "strides", as_tuple(strides, n, "strides"))
+        self.input_dilation = positive_ints(
+            "Conv", "input_dilation", as_tuple(input_dilation, n, "input_dilation")
+        )
+        self.kernel_dilation = positive_ints(
+            "Conv", "kernel_dilation", as_tuple(kernel_dilation, n, "kernel_dilation")
+        )
         kkey, bkey = jax.random.split(key)
         shape = (*size, in_features // feature_group_count, out_features)
         self.kernel = Param(kernel_init(kkey, shape, param_dtype))
@@ -171,7 +189,7 @@ class Conv(Module, typecheck=True):
         self, x: Float[AnyArray, "*batch_and_spatial in_features"]
     ) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
         """Convolve ``x`` of shape ``(*batch, *spatial, in_features)``."""
-        return F.conv(
+        y = F.conv(
             x,
             var_value(self.kernel),
             var_value(self.bias),
@@ -183,6 +201,7 @@ class Conv(Module, typecheck=True):
             dtype=self.dtype,
             precision=self.precision,
         )
+        return nonempty_output("conv", x, y, "kernel")
 
 
 class Conv1d(Conv):
@@ -297,11 +316,21 @@ class ConvTranspose(Module, typecheck=True):
         bias_init: Initializer = default_bias_init,
         key: jax.Array,
     ):
+        layer_args(
+            "ConvTranspose",
+            sizes={"in_features": in_features, "out_features": out_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"kernel_init": kernel_init, "bias_init": bias_init},
+        )
         size = _kernel_size(kernel_size, num_spatial_dims)
         n = len(size)
         F.canonicalize_padding(padding, n)
-        self.strides = as_tuple(strides, n, "strides")
-        self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation")
+        self.strides = positive_ints("ConvTranspose", "strides", as_tuple(strides, n, "strides"))
+        self.kernel_dilation = positive_ints(
+            "ConvTranspose", "kernel_dilation", as_tuple(kernel_dilation, n, "kernel_dilation")
+        )
         kkey, bkey = jax.random.split(key)
         io = (out_features, in_features) if transpose_kernel else (in_features, out_features)
         self.kernel = Param(kernel_init(kkey, (*size, *io), param_dtype))

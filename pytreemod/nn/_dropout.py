@@ -1,14 +1,16 @@
 """``Dropout``."""
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 from jaxtyping import Shaped
 
 from .._errors import LayerConfigError
 from .._module import Module, field
-from .._shapecheck import AnyArray, checked
+from .._shapecheck import AnyArray, checked, summary
 from . import _ops_dropout as F
+from ._validate import _is_int, positive_int, probability
 
 
 class Dropout(Module, typecheck=True):
@@ -42,9 +44,11 @@ class Dropout(Module, typecheck=True):
     def __init__(
         self, rate: float = 0.5, *, broadcast_dims: Sequence[int] = (), deterministic: bool = False
     ):
-        F.check_rate(rate, "Dropout")
-        self.rate = float(rate)
-        self.broadcast_dims = tuple(broadcast_dims)
+        self.rate = probability("Dropout", "rate", rate)
+        dims: Any = (broadcast_dims,) if _is_int(broadcast_dims) else broadcast_dims
+        self.broadcast_dims = tuple(
+            positive_int("Dropout", "broadcast_dims", d, minimum=-(2**31)) for d in dims
+        )
         self.deterministic = deterministic
 
     @checked
@@ -57,6 +61,12 @@ class Dropout(Module, typecheck=True):
     ) -> Shaped[jax.Array, "*shape"]:
         """Drop entries of ``x`` using ``key`` (training) or return ``x`` (deterministic)."""
         det = self.deterministic if deterministic is None else deterministic
+        for d in self.broadcast_dims:
+            if not -x.ndim <= d < x.ndim:
+                raise LayerConfigError(
+                    f"Dropout: broadcast_dims={self.broadcast_dims} names axis {d} but x "
+                    f"{summary(x)} has {x.ndim} axes; give axes of the input."
+                )
         if not det and self.rate > 0.0 and key is None:
             raise LayerConfigError(
                 f"Dropout(rate={self.rate}) in training mode needs a PRNG key: call "

@@ -6,12 +6,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Float, Integer
 
+from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
 from .._variables import Param
 from . import _ops_linear as F
+from ._checks import error_if
 from ._init import Initializer, default_embed_init
 from ._ops_common import var_value
+from ._validate import layer_args
 
 
 class Embedding(Module, typecheck=True):
@@ -31,6 +34,9 @@ class Embedding(Module, typecheck=True):
 
     ``attend(x)`` computes ``x @ embedding.T``: output logits that share the table (tied
     input and output embeddings).
+
+    Ids outside ``[0, num_embeddings)`` are a ``LayerConfigError`` (under ``jit`` the
+    compiled call fails with the same message), not NaN rows or a silent wrap-around.
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -58,6 +64,14 @@ class Embedding(Module, typecheck=True):
         embedding_init: Initializer = default_embed_init,
         key: jax.Array,
     ):
+        layer_args(
+            "Embedding",
+            sizes={"num_embeddings": num_embeddings, "features": features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"embedding_init": embedding_init},
+        )
         self.embedding = Param(embedding_init(key, (num_embeddings, features), param_dtype))
         self.num_embeddings = num_embeddings
         self.features = features
@@ -66,6 +80,18 @@ class Embedding(Module, typecheck=True):
     @checked
     def __call__(self, ids: Integer[AnyArray, "*batch"]) -> Float[jax.Array, "*batch features"]:
         """Look up the vectors of integer ``ids``: output ``(*ids.shape, features)``."""
+        n = self.num_embeddings
+        if ids.size:
+            lo, hi = jnp.min(ids), jnp.max(ids)
+            ids = error_if(
+                ids,
+                (lo < 0) | (hi >= n),
+                f"Embedding: ids must be in [0, num_embeddings={n}) but range over "
+                "[{lo}, {hi}]; check the tokenizer's vocabulary size against num_embeddings.",
+                LayerConfigError,
+                lo=lo,
+                hi=hi,
+            )
         return F.embed(ids, var_value(self.embedding), dtype=self.dtype)
 
     @checked

@@ -13,6 +13,7 @@ from .._variables import Param
 from . import _ops_linear as F
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._ops_common import var_value
+from ._validate import callable_arg, layer_args, positive_int
 
 
 class Linear(Module, typecheck=True):
@@ -63,6 +64,14 @@ class Linear(Module, typecheck=True):
         bias_init: Initializer = default_bias_init,
         key: jax.Array,
     ):
+        layer_args(
+            "Linear",
+            sizes={"in_features": in_features, "out_features": out_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"kernel_init": kernel_init, "bias_init": bias_init},
+        )
         kkey, bkey = jax.random.split(key)
         self.kernel = Param(kernel_init(kkey, (in_features, out_features), param_dtype))
         self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None
@@ -145,7 +154,14 @@ class MLP(Module, typecheck=True):
         bias_init: Initializer = default_bias_init,
         key: jax.Array,
     ):
-        hidden = [hidden_features] if isinstance(hidden_features, int) else list(hidden_features)
+        if isinstance(hidden_features, int) or not isinstance(hidden_features, Sequence):
+            hidden = [hidden_features]
+        else:
+            hidden = list(hidden_features)
+        for i, size in enumerate(hidden):
+            positive_int("MLP", f"hidden_features[{i}]", size)
+        callable_arg("MLP", "activation", activation)
+        callable_arg("MLP", "final_activation", final_activation, optional=True)
         sizes = [in_features, *hidden, out_features]
         keys = jax.random.split(key, len(sizes) - 1)
         last = len(sizes) - 2

@@ -9,18 +9,22 @@ from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
 from .._module import Module, field
-from .._shapecheck import AnyArray, checked
+from .._shapecheck import AnyArray, checked, fail, summary
 from .._variables import BatchStat, Param
 from . import _ops_norm as F
 from ._init import Initializer
-from ._ops_common import var_value
+from ._ops_common import canonicalize_axes, var_value
+from ._validate import callable_arg, dtype_arg, number, positive_int, prng_key, probability
 
 _ones = jax.nn.initializers.ones
 _zeros = jax.nn.initializers.zeros
 
 
-def _shape(features: int | Sequence[int]) -> tuple[int, ...]:
-    return (features,) if isinstance(features, int) else tuple(features)
+def _shape(features: int | Sequence[int], owner: str = "norm") -> tuple[int, ...]:
+    shape = (features,) if not isinstance(features, Sequence) else tuple(features)
+    for n in shape:
+        positive_int(owner, "features", n)
+    return shape
 
 
 def _axes(axes: int | Sequence[int]) -> int | tuple[int, ...]:
@@ -37,7 +41,14 @@ def _init_params(
     bias_init: Initializer,
     key: jax.Array | None,
 ) -> tuple[Param[jax.Array] | None, Param[jax.Array] | None]:
+    for n in shape:
+        positive_int(owner, "features", n)
+    dtype_arg(owner, "param_dtype", param_dtype, inexact=True)
+    callable_arg(owner, "scale_init", scale_init)
+    callable_arg(owner, "bias_init", bias_init)
     custom = (use_scale and scale_init is not _ones) or (use_bias and bias_init is not _zeros)
+    if key is not None:
+        prng_key(owner, key)
     if key is None:
         if custom:
             raise LayerConfigError(
@@ -109,7 +120,7 @@ class LayerNorm(Module, typecheck=True):
     ):
         self.scale, self.bias = _init_params(
             "LayerNorm",
-            _shape(features),
+            _shape(features, "LayerNorm"),
             param_dtype,
             use_scale,
             use_bias,
@@ -117,12 +128,12 @@ class LayerNorm(Module, typecheck=True):
             bias_init,
             key,
         )
-        self.epsilon = epsilon
+        self.epsilon = number("LayerNorm", "epsilon", epsilon, low=0.0)
         self.reduction_axes = _axes(reduction_axes)
         self.feature_axes = _axes(feature_axes)
         self.axis_name = axis_name
         self.use_fast_variance = use_fast_variance
-        self.dtype = dtype
+        self.dtype = dtype_arg("LayerNorm", "dtype", dtype)
 
     @checked
     def __call__(
@@ -186,13 +197,20 @@ class RMSNorm(Module, typecheck=True):
         key: jax.Array | None = None,
     ):
         self.scale, _ = _init_params(
-            "RMSNorm", _shape(features), param_dtype, use_scale, False, scale_init, _zeros, key
+            "RMSNorm",
+            _shape(features, "RMSNorm"),
+            param_dtype,
+            use_scale,
+            False,
+            scale_init,
+            _zeros,
+            key,
         )
-        self.epsilon = epsilon
+        self.epsilon = number("RMSNorm", "epsilon", epsilon, low=0.0)
         self.reduction_axes = _axes(reduction_axes)
         self.feature_axes = _axes(feature_axes)
         self.axis_name = axis_name
-        self.dtype = dtype
+        self.dtype = dtype_arg("RMSNorm", "dtype", dtype)
 
     @checked
     def __call__(
@@ -266,6 +284,7 @@ class GroupNorm(Module, typecheck=True):
         bias_init: Initializer = _zeros,
         key: jax.Array | None = None,
     ):
+        positive_int("GroupNorm", "features", features)
         self.num_groups = F.group_norm_groups(features, num_groups, group_size)
         self.scale, self.bias = _init_params(
             "GroupNorm",
@@ -277,11 +296,11 @@ class GroupNorm(Module, typecheck=True):
             bias_init,
             key,
         )
-        self.epsilon = epsilon
+        self.epsilon = number("GroupNorm", "epsilon", epsilon, low=0.0)
         self.reduction_axes = None if reduction_axes is None else _axes(reduction_axes)
         self.axis_name = axis_name
         self.use_fast_variance = use_fast_variance
-        self.dtype = dtype
+        self.dtype = dtype_arg("GroupNorm", "dtype", dtype)
 
     @checked
     def __call__(
@@ -374,7 +393,7 @@ class BatchNorm(Module, typecheck=True):
         bias_init: Initializer = _zeros,
         key: jax.Array | None = None,
     ):
-        shape = _shape(features)
+        shape = _shape(features, "BatchNorm")
         self.scale, self.bias = _init_params(
             "BatchNorm", shape, param_dtype, use_scale, use_bias, scale_init, bias_init, key
         )
@@ -382,14 +401,14 @@ class BatchNorm(Module, typecheck=True):
         self.var = BatchStat(jnp.ones(shape, jnp.float32))
         self.use_running_average = use_running_average
         self.axis = _axes(axis)
-        self.momentum = momentum
-        self.epsilon = epsilon
+        self.momentum = probability("BatchNorm", "momentum", momentum)
+        self.epsilon = number("BatchNorm", "epsilon", epsilon, low=0.0)
         self.axis_name = axis_name
         self.axis_index_groups = (
             None if axis_index_groups is None else tuple(tuple(g) for g in axis_index_groups)
         )
         self.use_fast_variance = use_fast_variance
-        self.dtype = dtype
+        self.dtype = dtype_arg("BatchNorm", "dtype", dtype)
 
     @checked
     def __call__(
@@ -402,6 +421,16 @@ class BatchNorm(Module, typecheck=True):
         """Normalise ``x``: with batch statistics (and update the running ones) in
         training, with the running statistics in evaluation."""
         use_ra = self.use_running_average if use_running_average is None else use_running_average
+        axes = canonicalize_axes(x.ndim, self.axis)
+        features: tuple[int, ...] = tuple(x.shape[a] for a in axes)
+        expected = tuple(var_value(self.mean).shape)
+        if features != expected:
+            fail(
+                "batch_norm",
+                f"dimension 'features' does not agree: the running mean is {expected} but "
+                f"x {summary(x)} has {features} at feature axes {axes}; build the layer "
+                f"with BatchNorm(features={features})",
+            )
         if use_ra:
             mean, var = self.mean.get(), self.var.get()
         else:

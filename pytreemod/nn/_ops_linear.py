@@ -154,8 +154,8 @@ def embed(
 ) -> Float[jax.Array, "*batch features"]:
     """Look up rows of ``embedding`` (Flax ``Embed``): output ``(*ids.shape, features)``.
 
-    Ids outside ``[0, num_embeddings)`` give NaN rows (``jnp.take``'s fill mode), as in
-    Flax; negative ids are not wrapped.
+    As in Flax (``jnp.take``): ids ``>= num_embeddings`` give NaN rows, and negative ids
+    down to ``-num_embeddings`` count from the end. The ``Embedding`` layer rejects both.
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F

@@ -5,15 +5,33 @@ from collections.abc import Sequence
 import jax
 from jaxtyping import Shaped
 
+from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
 from . import _ops_pool as F
+from ._validate import nonempty_output, positive_ints
 
 
-def _padding(padding: str | Sequence[tuple[int, int]]) -> str | tuple[tuple[int, int], ...]:
+def _padding(
+    name: str, padding: str | Sequence[tuple[int, int]], n: int
+) -> str | tuple[tuple[int, int], ...]:
     if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "VALID"):
+            raise LayerConfigError(
+                f"{name}: padding={padding!r} is not 'SAME' or 'VALID' (or one (low, high) "
+                "pair per window axis)."
+            )
         return padding
-    return tuple((int(lo), int(hi)) for lo, hi in padding)
+    try:
+        pads = tuple((int(lo), int(hi)) for lo, hi in padding)
+    except (TypeError, ValueError):
+        pads = ()
+    if len(pads) != n:
+        raise LayerConfigError(
+            f"{name}: padding={padding!r} must be 'SAME', 'VALID' or {n} (low, high) pairs, "
+            "one per window axis."
+        )
+    return pads
 
 
 class _Pool(Module):
@@ -27,9 +45,18 @@ class _Pool(Module):
         strides: Sequence[int] | None = None,
         padding: str | Sequence[tuple[int, int]] = "VALID",
     ):
-        self.window_shape = tuple(int(w) for w in window_shape)
-        self.strides = None if strides is None else tuple(int(s) for s in strides)
-        self.padding = _padding(padding)
+        name = type(self).__name__
+        self.window_shape = positive_ints(name, "window_shape", window_shape, allow_int=False)
+        n = len(self.window_shape)
+        if strides is not None:
+            strides = positive_ints(name, "strides", strides, allow_int=False)
+            if len(strides) != n:
+                raise LayerConfigError(
+                    f"{name}: strides={strides} and window_shape={self.window_shape} have "
+                    "different lengths; give one stride per window axis."
+                )
+        self.strides = strides
+        self.padding = _padding(name, padding, n)
 
 
 class MaxPool(_Pool, typecheck=True):
@@ -50,7 +77,8 @@ class MaxPool(_Pool, typecheck=True):
         self, x: Shaped[AnyArray, "*batch_and_window features"]
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
         """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
-        return F.max_pool(x, self.window_shape, self.strides, self.padding)
+        y = F.max_pool(x, self.window_shape, self.strides, self.padding)
+        return nonempty_output("max_pool", x, y, "window")
 
 
 class AvgPool(_Pool, typecheck=True):
@@ -69,7 +97,8 @@ class AvgPool(_Pool, typecheck=True):
         self, x: Shaped[AnyArray, "*batch_and_window features"]
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
         """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
-        return F.avg_pool(x, self.window_shape, self.strides, self.padding)
+        y = F.avg_pool(x, self.window_shape, self.strides, self.padding)
+        return nonempty_output("avg_pool", x, y, "window")
 
 
 class MinPool(_Pool, typecheck=True):
@@ -86,4 +115,5 @@ class MinPool(_Pool, typecheck=True):
         self, x: Shaped[AnyArray, "*batch_and_window features"]
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
         """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
-        return F.min_pool(x, self.window_shape, self.strides, self.padding)
+        y = F.min_pool(x, self.window_shape, self.strides, self.padding)
+        return nonempty_output("min_pool", x, y, "window")

@@ -21,6 +21,7 @@ from ._conv import Conv
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._linear import Linear
 from ._ops_conv import PaddingLike
+from ._validate import layer_args, positive_ints
 
 Activation = Callable[[jax.Array], jax.Array]
 State = Float[AnyArray, "*batch hidden_features"]
@@ -151,6 +152,14 @@ class LSTMCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
+        layer_args(
+            type(self).__name__,
+            sizes={"in_features": in_features, "hidden_features": hidden_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"carry_init": carry_init},
+        )
         spec = {}
         for gate in "ifgo":
             spec[f"i{gate}"] = (in_features, False, kernel_init, bias_init)
@@ -251,6 +260,14 @@ class GRUCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
+        layer_args(
+            type(self).__name__,
+            sizes={"in_features": in_features, "hidden_features": hidden_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"carry_init": carry_init},
+        )
         spec = {f"i{g}": (in_features, True, kernel_init, bias_init) for g in "rzn"}
         for g in "rzn":
             spec[f"h{g}"] = (hidden_features, g == "n", recurrent_kernel_init, bias_init)
@@ -320,6 +337,14 @@ class MGUCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
+        layer_args(
+            type(self).__name__,
+            sizes={"in_features": in_features, "hidden_features": hidden_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"carry_init": carry_init},
+        )
         spec = {
             "if": (in_features, True, kernel_init, forget_bias_init),
             "in": (in_features, True, kernel_init, activation_bias_init),
@@ -392,6 +417,14 @@ class SimpleCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
+        layer_args(
+            type(self).__name__,
+            sizes={"in_features": in_features, "hidden_features": hidden_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"carry_init": carry_init},
+        )
         spec = {
             "i": (in_features, True, kernel_init, bias_init),
             "h": (hidden_features, False, recurrent_kernel_init, bias_init),
@@ -460,7 +493,15 @@ class ConvLSTMCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
-        size = tuple(int(k) for k in kernel_size)
+        layer_args(
+            type(self).__name__,
+            sizes={"in_features": in_features, "hidden_features": hidden_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"carry_init": carry_init},
+        )
+        size = positive_ints(type(self).__name__, "kernel_size", kernel_size, allow_int=False)
         options: dict[str, Any] = dict(
             strides=strides,
             padding=padding,

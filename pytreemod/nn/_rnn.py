@@ -7,11 +7,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Integer, Shaped
 
+from .._errors import LayerConfigError
 from .._module import Module, field
-from .._shapecheck import AnyArray
+from .._shapecheck import AnyArray, fail, summary
 from .._transforms import Carry, scan
 from . import _ops_recurrent as R
 from ._recurrent import RNNCellBase
+from ._validate import callable_arg, positive_int
 
 
 class RNN(Module, typecheck=True):
@@ -48,6 +50,15 @@ class RNN(Module, typecheck=True):
     keep_order: bool = field(static=True, default=False)
     unroll: int = field(static=True, default=1, repr=False)
 
+    def __check_init__(self) -> None:
+        if not isinstance(self.cell, RNNCellBase):
+            raise LayerConfigError(
+                f"RNN: cell={self.cell!r} is not a recurrent cell; pass an RNNCellBase such "
+                "as RNN(pm.nn.LSTMCell(in_features, hidden_features, key=key))."
+            )
+        if not isinstance(self.unroll, bool):
+            positive_int("RNN", "unroll", self.unroll)
+
     def __call__(
         self,
         inputs: Shaped[AnyArray, "..."],
@@ -76,6 +87,8 @@ class RNN(Module, typecheck=True):
             )(self.cell, carry, xs)
             return ys if stack_carries else (final, ys)
 
+        major = self.time_major if time_major is None else time_major
+        _check_sequence("RNN", inputs, seq_lengths, self.cell.num_feature_axes, major)
         return R.rnn(
             run,
             inputs,
@@ -83,10 +96,32 @@ class RNN(Module, typecheck=True):
             initial_carry=initial_carry,
             init_carry=lambda shape: self.cell.initialize_carry(shape, key=key),
             seq_lengths=seq_lengths,
-            time_major=self.time_major if time_major is None else time_major,
+            time_major=major,
             reverse=self.reverse if reverse is None else reverse,
             keep_order=self.keep_order if keep_order is None else keep_order,
             return_carry=self.return_carry if return_carry is None else return_carry,
+        )
+
+
+def _check_sequence(
+    owner: str, inputs: Any, seq_lengths: Any, num_feature_axes: int, time_major: bool
+) -> None:
+    shape = tuple(jnp.shape(inputs))
+    if len(shape) < num_feature_axes + 1:
+        fail(
+            "rnn",
+            f"{owner}: inputs {summary(inputs)} has {len(shape)} axes but the cell needs at "
+            f"least {num_feature_axes + 1} (time and {num_feature_axes} feature axes)",
+        )
+    if seq_lengths is None:
+        return
+    end = len(shape) - num_feature_axes
+    batch = shape[1:end] if time_major else shape[: end - 1]
+    if tuple(jnp.shape(seq_lengths)) != batch:
+        fail(
+            "rnn",
+            f"{owner}: seq_lengths {summary(seq_lengths)} must have the batch shape {batch} "
+            f"of inputs {summary(inputs)} (one length per sequence)",
         )
 
 
@@ -118,6 +153,16 @@ class Bidirectional(Module, typecheck=True):
     merge_fn: Callable[[Any, Any], Any] = field(static=True, default=_concatenate, repr=False)
     time_major: bool = field(static=True, default=False)
     return_carry: bool = field(static=True, default=False)
+
+    def __check_init__(self) -> None:
+        for name in ("forward_rnn", "backward_rnn"):
+            value = getattr(self, name)
+            if not isinstance(value, RNN):
+                raise LayerConfigError(
+                    f"Bidirectional: {name}={value!r} is not an RNN; pass RNN(cell) layers, "
+                    "e.g. Bidirectional(RNN(cell_f), RNN(cell_b))."
+                )
+        callable_arg("Bidirectional", "merge_fn", self.merge_fn)
 
     def __call__(
         self,

@@ -6,7 +6,9 @@ from typing import Any
 
 import jax
 
+from .._errors import LayerConfigError
 from .._module import Module, field
+from ._validate import callable_arg
 
 
 class Lambda(Module, typecheck=True):
@@ -20,6 +22,9 @@ class Lambda(Module, typecheck=True):
     """
 
     fn: Callable[..., Any] = field(static=True)
+
+    def __check_init__(self) -> None:
+        callable_arg("Lambda", "fn", self.fn)
 
     def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         """Return ``fn(x, *args, **kwargs)``."""
@@ -60,6 +65,13 @@ class Sequential(Module, typecheck=True):
     takes_key: tuple[bool, ...] = field(static=True, repr=False)
 
     def __init__(self, layers: Sequence[Callable[..., Any]]):
+        if isinstance(layers, (Module, str)) or not isinstance(layers, Sequence):
+            raise LayerConfigError(
+                f"Sequential: layers={layers!r} is not a list of layers; pass a list, "
+                "e.g. Sequential([layer]) for a single layer."
+            )
+        for i, layer in enumerate(layers):
+            callable_arg("Sequential", f"layers[{i}]", layer)
         self.layers = tuple(
             layer if isinstance(layer, Module) else Lambda(layer) for layer in layers
         )
