@@ -1,11 +1,12 @@
 # Two commands set everything up on a fresh machine with Python 3.11 and make:
 #   make demo   create .venv, install, train the digits MLP (examples/digits_mlp.py)
 #   make test   create .venv, install, run ruff, pyright and the test suite
+#   make docs   create .venv, install the docs extra, build the site into site/ (--strict)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint pytest bench errors-doc clean
+.PHONY: demo test lint pytest bench errors-doc docs clean
 
 $(VENV)/.stamp-demo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +18,12 @@ $(VENV)/.stamp-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test,lint,examples,compare]"
+	touch $@
+
+$(VENV)/.stamp-docs: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[docs]"
 	touch $@
 
 demo: $(VENV)/.stamp-demo
@@ -35,8 +42,11 @@ test: lint pytest
 bench: $(VENV)/.stamp-test
 	$(PY) -m benchmarks.run_all
 
+docs: $(VENV)/.stamp-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 errors-doc: $(VENV)/.stamp-test
 	$(PY) -c 'from pytreemod._errors import errors_markdown; print(errors_markdown())' > docs/errors.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

@@ -37,3 +37,59 @@ def test_page_code_runs(page: pathlib.Path) -> None:
                     line = f"{indent}__check([{expr}], {expected!r}, {i})"
                 lines.append(line)
             exec(compile("\n".join(lines), f"{page.name}[block {i}]", "exec"), namespace)
+
+
+# ----------------------------------------------------------------------------- the site
+
+NAV_ENTRY = re.compile(r"^\s*-\s*(?:[^:\n]+:\s*)?([\w/.-]+\.md)\s*$", re.M)
+DIRECTIVE = re.compile(r"^::: ([\w.]+)\s*$", re.M)
+
+
+def _nav_pages() -> list[str]:
+    return NAV_ENTRY.findall((ROOT / "mkdocs.yml").read_text())
+
+
+def test_every_docs_page_is_in_the_site_nav() -> None:
+    """A page left out of mkdocs.yml's nav is built but unreachable from the site."""
+    nav = _nav_pages()
+    pages = sorted(
+        p.relative_to(ROOT / "docs").as_posix()
+        for p in (ROOT / "docs").rglob("*.md")
+        if not any(part.startswith("_") for part in p.relative_to(ROOT / "docs").parts)
+    )
+    assert "index.md" in nav and "api/pytreemod.md" in nav
+    assert [p for p in pages if p not in nav] == []
+    assert [p for p in nav if not (ROOT / "docs" / p).is_file()] == []
+    assert len(nav) == len(set(nav)), "a page is listed twice in the nav"
+
+
+def test_api_pages_name_importable_modules() -> None:
+    """Each ``::: module`` directive of docs/api/ names a module that imports."""
+    import importlib
+
+    names = [
+        name
+        for page in sorted((ROOT / "docs" / "api").glob("*.md"))
+        for name in DIRECTIVE.findall(page.read_text())
+    ]
+    assert {"pytreemod", "pytreemod.nn", "adapters.core", "adapters.linen"} <= set(names)
+    for name in names:
+        importlib.import_module(name)
+
+
+def test_doctest_examples_are_fenced_for_the_site() -> None:
+    """The docs build's griffe extension turns bare ``>>>`` examples into code blocks."""
+    pytest.importorskip("griffe")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "doctest_fences", ROOT / "docs" / "_ext" / "doctest_fences.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "Summary.\n\n- item:\n\n  >>> f([1, 2])\n  [2, 3]\n\nAfter.\n```python\n>>> x\n```"
+    assert module.fence_doctests(text) == (
+        "Summary.\n\n- item:\n\n  ```pycon\n  >>> f([1, 2])\n  [2, 3]\n  ```\n\nAfter.\n"
+        "```python\n>>> x\n```"
+    )
