@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from ._filters import FilterLike
 from ._module import BoundMethod, Module
@@ -41,7 +43,8 @@ class Row:
     ``variables`` maps each collection to the module's own variables (``name -> shapes``,
     submodules excluded); ``own`` and ``total`` give ``(count, bytes)`` per collection of
     the module's own variables and of its whole subtree; ``flops`` is XLA's estimate for
-    the call (``None`` if not computed or not available).
+    the call and ``vjp_flops`` for its forward and backward pass (``None`` if not
+    computed or not available).
     """
 
     path: Path
@@ -55,6 +58,7 @@ class Row:
     total: Counts
     flops: int | None
     repeated: bool = False
+    vjp_flops: int | None = None
 
     @property
     def name(self) -> str:
@@ -75,6 +79,7 @@ class Summary:
     collections: tuple[str, ...]
     totals: Counts
     flops: int | None
+    vjp_flops: int | None
     render_options: dict[str, Any] = dataclasses.field(repr=False, compare=False)
 
     def row(self, path: str) -> Row:
@@ -94,6 +99,10 @@ class Summary:
         from ._tabulate_render import render_text
 
         return render_text(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython and Jupyter show the table, not the dataclass fields.
+        printer.text(str(self))
 
     def print(self, **console_kwargs: Any) -> None:
         """Print the table to a ``rich.console.Console(**console_kwargs)`` (stdout)."""
@@ -329,24 +338,47 @@ def _cost_flops(cost: Any) -> int | None:
     return int(flops) if flops >= 0 else None
 
 
+def _inexact(x: Any) -> bool:
+    return bool(jnp.issubdtype(x.dtype, jnp.inexact))
+
+
 def _flops(
-    fn: Callable[..., Any], tree: Any, cache: dict[Any, int | None] | None = None, tag: Any = None
+    fn: Callable[..., Any],
+    tree: Any,
+    cache: dict[Any, int | None] | None = None,
+    tag: Any = None,
+    vjp: bool = False,
 ) -> int | None:
     """FLOPs of ``fn(*tree)`` on abstract arrays, or ``None`` if the backend gives none.
 
-    ``cache`` (keyed by ``tag``, which names ``fn``, the tree's skeleton and the array
-    shapes) spares lowering identical calls again: the blocks of a deep model often are.
+    With ``vjp``, of the forward and backward pass: ``jax.vjp`` with respect to every
+    floating-point array of ``tree``, pulled back with the output as cotangent. ``cache``
+    (keyed by ``tag``, which names ``fn``, the tree's skeleton and the array shapes)
+    spares lowering identical calls again: the blocks of a deep model often are.
     """
     skeleton, arrays, _ = pack(tree)
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
-    key = (tag, skeleton, tuple((a.shape, str(a.dtype)) for a in shapes))
+    key = (tag, vjp, skeleton, tuple((a.shape, str(a.dtype)) for a in shapes))
     if cache is not None and key in cache:
         return cache[key]
 
-    def flat(arrays: list[Any]) -> list[Any]:
+    def forward(arrays: list[Any]) -> list[Any]:
         return pack(fn(*unpack(skeleton, arrays)))[1]
 
-    lowered = jax.jit(flat).lower(shapes)
+    def forward_backward(arrays: list[Any]) -> Any:
+        wrt = [i for i, a in enumerate(arrays) if _inexact(a)]
+
+        def of(values: list[Any]) -> list[Any]:
+            full = list(arrays)
+            for i, v in zip(wrt, values):
+                full[i] = v
+            return forward(full)
+
+        out, pullback = jax.vjp(of, [arrays[i] for i in wrt])
+        zero = jax.dtypes.float0
+        return pullback([o if _inexact(o) else np.zeros(o.shape, zero) for o in out])
+
+    lowered = jax.jit(forward_backward if vjp else forward).lower(shapes)
     flops = _cost_flops(lowered.cost_analysis())
     if flops is None:
         flops = _cost_flops(lowered.compile().cost_analysis())
@@ -356,12 +388,17 @@ def _flops(
 
 
 def _call_flops(
-    module: Any, method: str, mutable: FilterLike, inputs: Any, cache: dict[Any, int | None]
+    module: Any,
+    method: str,
+    mutable: FilterLike,
+    inputs: Any,
+    cache: dict[Any, int | None],
+    vjp: bool = False,
 ) -> int | None:
     args, kwargs = inputs
     run = lambda m, a, k: _call(m, method, mutable, a, k)
     try:
-        return _flops(run, (module, args, kwargs), cache, method)
+        return _flops(run, (module, args, kwargs), cache, method, vjp)
     except Exception:
         # A call that only works in its context (inside a transform, with an axis name
         # bound...) has no FLOPs of its own here; the model's total is still exact.
@@ -378,6 +415,7 @@ def tabulate(
     method: str = "__call__",
     mutable: FilterLike = True,
     compute_flops: bool = True,
+    compute_vjp_flops: bool = False,
     show_repeated: bool = False,
     console_kwargs: Mapping[str, Any] | None = None,
     table_kwargs: Mapping[str, Any] | None = None,
@@ -405,6 +443,9 @@ def tabulate(
       discarded).
     - ``compute_flops``: add XLA's FLOP estimate of each call (default ``True``). Each row
       is lowered (not compiled) once more; turn it off for very large models.
+    - ``compute_vjp_flops``: add the FLOPs of each call's forward and backward pass
+      (``jax.vjp`` with respect to every floating-point array of the module and the
+      inputs); default ``False``.
     - ``show_repeated``: also list the second and later calls of a submodule.
     - ``console_kwargs``, ``table_kwargs``, ``column_kwargs``: passed to
       ``rich.console.Console`` (when rendering to text), ``rich.table.Table`` and its
@@ -448,9 +489,11 @@ def tabulate(
         node_calls = by_path.get(node.path, [])
         for i, c in enumerate(node_calls[: None if show_repeated else 1] or [None]):
             name = method if not node.path else "__call__"
-            flops = None
+            flops = vjp_flops = None
             if compute_flops and c is not None:
                 flops = _call_flops(node.module, name, mutable, c.inputs, cache)
+            if compute_vjp_flops and c is not None:
+                vjp_flops = _call_flops(node.module, name, mutable, c.inputs, cache, True)
             rows.append(
                 Row(
                     path=node.path,
@@ -464,6 +507,7 @@ def tabulate(
                     total={} if i else _total_counts(node),
                     flops=flops,
                     repeated=bool(i),
+                    vjp_flops=vjp_flops,
                 )
             )
     if "params" in collections:
@@ -474,6 +518,7 @@ def tabulate(
         "table_kwargs": dict(table_kwargs or {}),
         "column_kwargs": dict(column_kwargs or {}),
         "compute_flops": compute_flops,
+        "compute_vjp_flops": compute_vjp_flops,
     }
     return Summary(
         model_type=type(model),
@@ -481,5 +526,6 @@ def tabulate(
         collections=tuple(collections),
         totals=_total_counts(root),
         flops=rows[0].flops if rows else None,
+        vjp_flops=rows[0].vjp_flops if rows else None,
         render_options=options,
     )

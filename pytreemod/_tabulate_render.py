@@ -19,6 +19,10 @@ def _count(n: int, nbytes: int) -> str:
     return f"{n:,} ({_bytes(nbytes)})" if n else ""
 
 
+def _flops(n: int | None) -> str:
+    return "" if n is None else f"{n:,}"
+
+
 def _values(inputs: Any) -> str:
     if inputs is None:
         return ""
@@ -58,8 +62,8 @@ def rich_table(summary: Any) -> Any:
     }
     table = rich.table.Table(**table_kwargs)
     columns = ["path", "type", "inputs", "outputs"]
-    if options["compute_flops"]:
-        columns.append("flops")
+    flop_columns = [c for c in ("flops", "vjp_flops") if options[f"compute_{c}"]]
+    columns += flop_columns
     for name in [*columns, *summary.collections]:
         table.add_column(name, **options["column_kwargs"])
     for row in summary.rows:
@@ -74,17 +78,13 @@ def rich_table(summary: Any) -> Any:
             rich.text.Text(_values(row.inputs)),
             rich.text.Text("" if row.inputs is None else tree_pformat(row.outputs, _CELL_WIDTH)),
         ]
-        if options["compute_flops"]:
-            cells.append(rich.text.Text("" if row.flops is None else f"{row.flops:,}"))
+        for c in flop_columns:
+            cells.append(rich.text.Text(_flops(getattr(row, c))))
         cells += [_collection_cell(row, col) for col in summary.collections]
         table.add_row(*cells)
-    last = len(columns) - 1
-    if options["compute_flops"]:
-        table.columns[last - 1].footer = rich.text.Text("Total", justify="right")
-        flops = summary.flops
-        table.columns[last].footer = "" if flops is None else f"{flops:,}"
-    else:
-        table.columns[last].footer = rich.text.Text("Total", justify="right")
+    table.columns[3].footer = rich.text.Text("Total", justify="right")
+    for i, c in enumerate(flop_columns):
+        table.columns[4 + i].footer = _flops(getattr(summary, c))
     for i, col in enumerate(summary.collections):
         table.columns[len(columns) + i].footer = _count(*summary.totals.get(col, (0, 0)))
     n = sum(c for c, _ in summary.totals.values())
@@ -92,6 +92,8 @@ def rich_table(summary: Any) -> Any:
     caption = f"Total variables: {n:,} ({_bytes(nbytes)})"
     if options["compute_flops"] and summary.flops is not None:
         caption += f"\nFLOPs: {summary.flops:,}"
+    if options["compute_vjp_flops"] and summary.vjp_flops is not None:
+        caption += f"\nFLOPs of forward and backward pass: {summary.vjp_flops:,}"
     table.caption = caption
     table.caption_style = "bold"
     return table

@@ -169,6 +169,32 @@ def test_flops_of_a_linear_layer_are_about_two_in_out_batch() -> None:
     assert f"FLOPs: {s.flops:,}" in str(s)
 
 
+def test_forward_and_backward_flops() -> None:
+    n_in, n_out, batch = 16, 32, 8
+    layer = pm.nn.Linear(n_in, n_out, key=jax.random.key(0))
+
+    class WithIndex(pm.Module):
+        lin: pm.nn.Linear
+
+        def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+            y = self.lin(x)
+            return y, jnp.argmax(y, -1)  # an integer output gets a float0 cotangent
+
+    s = tabulate(WithIndex(layer), jnp.ones((batch, n_in)), compute_vjp_flops=True)
+    forward = s.row(".lin").flops
+    backward = s.row(".lin").vjp_flops
+    assert forward is not None and backward is not None
+    # the backward pass multiplies twice more (for the kernel and for the input)
+    assert 2.5 * forward <= backward <= 3.5 * forward
+    assert s.vjp_flops is not None and s.vjp_flops >= backward
+    text = str(s)
+    assert "vjp_flops" in text and f"FLOPs of forward and backward pass: {s.vjp_flops:,}" in text
+    only = tabulate(layer, jnp.ones((batch, n_in)), compute_flops=False, compute_vjp_flops=True)
+    assert only.flops is None and only.vjp_flops == backward
+    header = next(line for line in str(only).splitlines() if "path" in line)
+    assert "vjp_flops" in header and "flops ┃" not in header.replace("vjp_flops", "")
+
+
 def test_each_row_gets_its_own_flops(summary: Summary) -> None:
     lin = summary.row(".blocks[0].lin")
     assert lin.flops is not None and lin.flops >= 2 * 4 * 6 * 8
@@ -326,6 +352,17 @@ def test_text_rendering(summary: Summary) -> None:
     assert "Total" in text and "Total variables:" in text
     assert all(line == line.rstrip() for line in lines)
     assert repr(summary).startswith("Summary(")
+
+    class Printer:  # what IPython passes to _repr_pretty_
+        def __init__(self) -> None:
+            self.out = ""
+
+        def text(self, text: str) -> None:
+            self.out += text
+
+    printer = Printer()
+    summary._repr_pretty_(printer, False)
+    assert printer.out == text
 
 
 def test_rendering_options(net: Net) -> None:
