@@ -414,3 +414,23 @@ def test_numpy_and_python_inputs() -> None:
     s = tabulate(Add(), np.ones((2,), np.float32), 3.0, tag="a", compute_flops=False)
     assert s.rows[0].inputs == ((jax.ShapeDtypeStruct((2,), F32), 3.0), {"tag": "a"})
     assert "tag='a'" in str(s) and "3.0" in str(s)
+
+
+def test_calls_inside_a_transform_over_the_model_are_not_attributed() -> None:
+    class Stack(pm.Module):
+        layers: pm.nn.Linear
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            def body(x: jax.Array, layer: pm.nn.Linear) -> tuple[jax.Array, None]:
+                return layer(x), None
+
+            scan = pm.scan(body, in_axes=(pm.Carry, 0), out_axes=(pm.Carry, 0))
+            return scan(x, self.layers)[0]
+
+    keys = jax.random.split(jax.random.key(0), 3)
+    stack = Stack(jax.vmap(lambda k: pm.nn.Linear(4, 4, key=k))(keys))
+    s = tabulate(stack, jnp.ones((2, 4)))
+    assert [r.name for r in s.rows] == ["", ".layers"]
+    assert s.row(".layers").inputs is None  # called on slices rebuilt by the scan
+    assert s.totals == {"params": (3 * 20, 3 * 20 * 4)}
+    assert s.rows[0].outputs == jax.ShapeDtypeStruct((2, 4), F32)
