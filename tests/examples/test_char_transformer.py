@@ -1,6 +1,7 @@
 """The char-transformer example trains (tiny config), samples with the decoding cache, and
 the cached decoding matches a full forward pass."""
 
+import dataclasses
 import importlib.util
 import pathlib
 import sys
@@ -81,3 +82,37 @@ def test_cached_decoding_matches_full_forward() -> None:
         pm.state(prefilled, "cache"),
         pm.state(cached, "cache"),
     )
+
+
+def test_resumed_run_has_the_loss_curve_of_an_uninterrupted_one(tmp_path: pathlib.Path) -> None:
+    example = _load_example()
+    config = example.Config(
+        d_model=32, layers=2, heads=2, context=32, batch=4, steps=8, warmup=2, log_every=2
+    )
+    config = dataclasses.replace(config, checkpoint_every=3)
+    text = example.load_corpus()
+    vocab = len(example.Vocabulary(text))
+    data = example.Vocabulary(text).encode(text)
+    path = tmp_path / "run.safetensors"
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        whole = example.train(config, data, vocab, seed=3)
+        # A run that dies before step 7 (its last checkpoint holds step 6) ...
+        crashed = example.train(config, data, vocab, seed=3, checkpoint=path, stop_at=7)
+        # ... and its resumption from that checkpoint, to the end.
+        resumed = example.train(config, data, vocab, seed=3, checkpoint=path, resume=True)
+    assert len(whole["losses"]) == 8 and len(set(whole["losses"])) == 8
+    assert crashed["losses"] == whole["losses"][:7]
+    assert resumed["start"] == 6
+    assert resumed["losses"] == whole["losses"]  # the first 6 come from the checkpoint
+    assert pm.tree_equal(pm.state(resumed["model"]), pm.state(whole["model"]))
+    np.testing.assert_array_equal(
+        jax.random.key_data(resumed["sample_key"]), jax.random.key_data(whole["sample_key"])
+    )
+    # The final checkpoint holds the end of the run; resuming from it trains no more.
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        again = example.train(config, data, vocab, seed=3, checkpoint=path, resume=True)
+        assert again["start"] == 8 and again["losses"] == whole["losses"]
+        # A checkpoint of another model is refused before anything is trained.
+        other = dataclasses.replace(config, heads=4, d_model=16, layers=1)
+        with pytest.raises(pm.CheckpointMismatchError, match=r"run\.safetensors"):
+            example.train(other, data, vocab, checkpoint=path, resume=True)
