@@ -282,7 +282,8 @@ def _intercepting(classes: set[type]) -> Iterator[None]:
     for cls in classes:
         for klass in cls.__mro__:
             if "__call__" in klass.__dict__:
-                owners.setdefault(klass, klass.__dict__["__call__"])
+                if hasattr(klass.__dict__["__call__"], "__get__"):  # a function/descriptor
+                    owners.setdefault(klass, klass.__dict__["__call__"])
                 break
     owners.pop(object, None)
     owners.pop(type, None)
@@ -409,7 +410,7 @@ def _call_flops(
 
 
 def tabulate(
-    model: Any,
+    model: Module | Callable[..., Any],
     *inputs: Any,
     depth: int | None = None,
     method: str = "__call__",
@@ -434,7 +435,8 @@ def tabulate(
     **Arguments:**
 
     - ``model``: a Module, or a bound method of one (``model.encode``).
-    - ``*inputs``, ``**input_kwargs``: the arguments of the call.
+    - ``*inputs``, ``**input_kwargs``: the arguments of the call (an argument of the
+      call named like one of the options below must be passed positionally).
     - ``depth``: show submodules down to this nesting depth (``0``: the model only);
       default all. A row's totals always include everything below it.
     - ``method``: the method of ``model`` to call (default ``"__call__"``).
