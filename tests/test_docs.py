@@ -63,6 +63,25 @@ def test_every_docs_page_is_in_the_site_nav() -> None:
     assert len(nav) == len(set(nav)), "a page is listed twice in the nav"
 
 
+PM_NAME = re.compile(r"(?<![\w.])pm\.((?:nn\.(?:functional\.|initializers\.)?)?[A-Za-z_]\w*)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_pm_name_a_page_mentions_exists(page: pathlib.Path) -> None:
+    """``pm.name`` / ``pm.nn.name`` in the prose and tables (not only in code) is real."""
+    import functools
+
+    import pytreemod
+
+    missing = []
+    for name in sorted(set(PM_NAME.findall(page.read_text()))):
+        try:
+            functools.reduce(getattr, name.split("."), pytreemod)
+        except AttributeError:
+            missing.append(f"pm.{name}")
+    assert missing == []
+
+
 def test_api_pages_name_importable_modules() -> None:
     """Each ``::: module`` directive of docs/api/ names a module that imports."""
     import importlib
