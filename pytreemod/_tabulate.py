@@ -206,7 +206,6 @@ def _listing(node: _Node) -> dict[str, dict[str, str]]:
 @dataclasses.dataclass
 class _Call:
     path: Path
-    module: Any  # the traced module (only its type is used)
     inputs: tuple[tuple[Any, ...], dict[str, Any]]
     outputs: Any
 
@@ -235,7 +234,8 @@ class _Recorder:
             raise
         finally:
             self.active.discard(id(module))
-        self.calls.append(_Call(path, module, _abstract((tuple(args), dict(kwargs))), out))
+        inputs = _abstract((tuple(args), dict(kwargs)))
+        self.calls.append(_Call(path, inputs, _abstract(out)))  # no tracer is kept
         return out
 
 
@@ -503,7 +503,7 @@ def tabulate(
                     method=name,
                     depth=node.depth,
                     inputs=None if c is None else c.inputs,
-                    outputs=None if c is None else _abstract(c.outputs),
+                    outputs=None if c is None else c.outputs,
                     variables={} if i else _listing(node),
                     own={} if i else _own_counts(node),
                     total={} if i else _total_counts(node),
