@@ -18,7 +18,9 @@ from ._ops_conv import PaddingLike
 from ._validate import layer_args, nonempty_output, positive_ints
 
 
-def _kernel_size(kernel_size: int | Sequence[int], num_spatial_dims: int | None) -> tuple[int, ...]:
+def _kernel_size(
+    kernel_size: int | Sequence[int], num_spatial_dims: int | None, owner: str = "Conv"
+) -> tuple[int, ...]:
     if isinstance(kernel_size, int):
         if num_spatial_dims is None:
             raise LayerConfigError(
@@ -26,9 +28,9 @@ def _kernel_size(kernel_size: int | Sequence[int], num_spatial_dims: int | None)
                 "dimensions is unknown: pass num_spatial_dims=..., a tuple kernel_size, or "
                 "use Conv1d/Conv2d/Conv3d."
             )
-        positive_ints("Conv", "kernel_size", kernel_size)
+        positive_ints(owner, "kernel_size", kernel_size)
         return (kernel_size,) * num_spatial_dims
-    size = positive_ints("Conv", "kernel_size", kernel_size, allow_int=False)
+    size = positive_ints(owner, "kernel_size", kernel_size, allow_int=False)
     if num_spatial_dims is not None and len(size) != num_spatial_dims:
         raise LayerConfigError(
             f"kernel_size={size} has {len(size)} entries but num_spatial_dims={num_spatial_dims}."
@@ -324,7 +326,7 @@ class ConvTranspose(Module, typecheck=True):
             param_dtype=param_dtype,
             fns={"kernel_init": kernel_init, "bias_init": bias_init},
         )
-        size = _kernel_size(kernel_size, num_spatial_dims)
+        size = _kernel_size(kernel_size, num_spatial_dims, "ConvTranspose")
         n = len(size)
         F.canonicalize_padding(padding, n)
         self.strides = positive_ints("ConvTranspose", "strides", as_tuple(strides, n, "strides"))

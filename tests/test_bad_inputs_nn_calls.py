@@ -1,0 +1,219 @@
+# The sweep passes wrong types on purpose.
+# pyright: reportArgumentType=false, reportCallIssue=false
+"""Bad-input sweep, ``pytreemod.nn`` calls: inputs of the wrong rank, size, dtype or type
+are a ``ShapeError`` (or ``LayerConfigError``) naming the layer and the argument, eagerly
+and under ``jit``; never a JAX traceback, an empty output or NaNs."""
+
+from collections.abc import Callable
+from typing import Any
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import pytreemod as pm
+
+nn = pm.nn
+KEY = jax.random.key(0)
+FAST = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+# Built once: (the layer the error names, layer, minimum input rank, size of its last
+# axis). A container's error names the sublayer that received the input (MLP: Linear).
+LAYERS: list[tuple[str, Callable[[jax.Array], Any], int, int]] = [
+    ("Linear", nn.Linear(3, 4, key=KEY), 1, 3),
+    ("(MLP|Linear)", nn.MLP(3, 8, 2, key=KEY), 1, 3),
+    ("Conv2d", nn.Conv2d(3, 4, 3, key=KEY), 3, 3),
+    ("ConvTranspose1d", nn.ConvTranspose1d(3, 4, 3, key=KEY), 2, 3),
+    ("LayerNorm", nn.LayerNorm(3), 1, 3),
+    ("RMSNorm", nn.RMSNorm(3), 1, 3),
+    ("GroupNorm", nn.GroupNorm(3, 1), 2, 3),
+    ("(MultiHeadAttention|ProjectHeads)", nn.MultiHeadAttention(1, 3, key=KEY), 2, 3),
+    ("ProjectHeads", nn.ProjectHeads(3, 2, 2, key=KEY), 1, 3),
+]
+
+
+IDS = ["Linear", "MLP", "Conv", "ConvTranspose", "LayerNorm", "RMSNorm", "GroupNorm", "MHA"]
+IDS += ["ProjectHeads"]
+
+
+@st.composite
+def _wrong_shape(draw: st.DrawFn, min_rank: int, features: int) -> tuple[int, ...]:
+    """A shape that is too short, or whose last axis is not ``features``."""
+    if draw(st.booleans()):
+        rank = draw(st.integers(0, min_rank - 1))
+        return tuple(draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank)))
+    rank = draw(st.integers(min_rank, min_rank + 2))
+    lead = draw(st.lists(st.integers(3, 5), min_size=rank - 1, max_size=rank - 1))
+    last = draw(st.integers(1, 6).filter(lambda n: n != features))
+    return (*lead, last)
+
+
+@pytest.mark.parametrize(("name", "layer", "min_rank", "features"), LAYERS, ids=IDS)
+@FAST
+@given(data=st.data())
+def test_input_of_a_wrong_shape_is_a_shape_error(
+    name: str, layer: Callable[[jax.Array], Any], min_rank: int, features: int, data: st.DataObject
+) -> None:
+    shape = data.draw(_wrong_shape(min_rank, features), label="shape")
+    with pytest.raises(pm.ShapeError, match=rf"{name}\.__call__\("):
+        layer(jnp.ones(shape))
+
+
+@pytest.mark.parametrize(("name", "layer", "min_rank", "features"), LAYERS, ids=IDS)
+@FAST
+@given(dtype=st.sampled_from([jnp.int32, jnp.int8, jnp.uint8, jnp.bool_]))
+def test_a_non_float_input_is_a_shape_error_naming_the_dtype(
+    name: str, layer: Callable[[jax.Array], Any], min_rank: int, features: int, dtype: Any
+) -> None:
+    x = jnp.ones((2,) * (min_rank - 1) + (features,), dtype)
+    with pytest.raises(pm.ShapeError, match=rf"{name}\.__call__.*dtype {jnp.dtype(dtype).name}"):
+        layer(x)
+
+
+@pytest.mark.parametrize("bad", ["abc", [1.0, 2.0, 3.0], None, 3.0], ids=repr)
+def test_a_non_array_input_is_a_shape_error(bad: Any) -> None:
+    with pytest.raises(pm.ShapeError, match=r"Linear\.__call__\(\).*Type-check error"):
+        nn.Linear(3, 4, key=KEY)(bad)
+
+
+def test_wrong_inputs_under_jit_are_the_same_errors() -> None:
+    layer = nn.Linear(3, 4, key=KEY)
+    with pytest.raises(pm.ShapeError, match=r"dimension 'in_features' does not agree.*5"):
+        pm.jit(layer)(jnp.ones((2, 5)))
+    with pytest.raises(pm.ShapeError, match=r"dimension 'in_features' does not agree"):
+        jax.jit(lambda m, x: m(x))(layer, jnp.ones((2, 5)))
+
+
+# ---------------------------------------------------------------- embeddings
+
+
+@pytest.mark.parametrize("ids", [[7], [-1], [0, 5]], ids=str)
+def test_out_of_range_ids_are_an_error_not_nan_or_wraparound(ids: list[int]) -> None:
+    emb = nn.Embedding(5, 4, key=KEY)
+    with pytest.raises(pm.LayerConfigError, match=r"ids must be in \[0, num_embeddings=5\)"):
+        emb(jnp.array(ids))
+
+
+def test_out_of_range_ids_under_jit_fail_with_the_message() -> None:
+    emb = nn.Embedding(5, 4, key=KEY)
+    step = pm.jit(lambda m, i: m(i))
+    assert step(emb, jnp.array([0, 4])).shape == (2, 4)
+    with pytest.raises(
+        Exception, match=r"ids must be in \[0, num_embeddings=5\) but range over \[0, 9\]"
+    ):
+        jax.block_until_ready(step(emb, jnp.array([0, 9])))
+
+
+def test_float_ids_and_a_wrong_attend_query_are_shape_errors() -> None:
+    emb = nn.Embedding(5, 4, key=KEY)
+    with pytest.raises(pm.ShapeError, match=r"argument 'ids' has dtype float32.*Integer expected"):
+        emb(jnp.ones(2))
+    with pytest.raises(pm.ShapeError, match=r"Embedding\.attend.*'features' does not agree"):
+        emb.attend(jnp.ones((2, 3)))
+
+
+# ---------------------------------------------------------------- norms, dropout
+
+
+def test_batch_norm_with_the_wrong_features_is_a_shape_error() -> None:
+    bn = nn.BatchNorm(4)
+    with pytest.raises(pm.ShapeError, match=r"running mean is \(4,\).*\(5,\).*features=\(5,\)"):
+        pm.apply(bn, jnp.ones((2, 5)), mutable="batch_stats")
+    with pytest.raises(pm.ShapeError, match=r"running mean is \(4,\)"):
+        bn(jnp.ones((2, 5)), use_running_average=True)
+
+
+def test_norm_axes_out_of_range_are_config_errors() -> None:
+    with pytest.raises(pm.LayerConfigError, match=r"axis 5 is out of range for an input with 2"):
+        nn.LayerNorm(4, reduction_axes=5)(jnp.ones((2, 4)))
+    with pytest.raises(pm.LayerConfigError, match=r"axis 3 is out of range"):
+        pm.apply(nn.BatchNorm(4, axis=3), jnp.ones((2, 4)), mutable="batch_stats")
+
+
+def test_dropout_call_errors() -> None:
+    drop = nn.Dropout(0.5)
+    with pytest.raises(pm.LayerConfigError, match=r"needs a PRNG key: call dropout\(x, key=key\)"):
+        drop(jnp.ones(3))
+    with pytest.raises(pm.LayerConfigError, match=r"broadcast_dims=\(5,\) names axis 5 but x"):
+        nn.Dropout(0.5, broadcast_dims=(5,))(jnp.ones((2, 3)), key=KEY)
+    with pytest.raises(pm.ShapeError, match=r"Dropout\.__call__"):
+        drop(jnp.ones(3), key=0)
+
+
+# ---------------------------------------------------------------- conv, pooling
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        nn.Conv2d(3, 4, 3, padding="VALID", key=KEY),
+        nn.MaxPool((5, 5)),
+        nn.AvgPool((3, 3), strides=(2, 2)),
+        nn.MinPool((1, 5)),
+    ],
+    ids=["conv", "max_pool", "avg_pool", "min_pool"],
+)
+def test_a_window_larger_than_the_input_is_a_shape_error_not_an_empty_output(layer: Any) -> None:
+    with pytest.raises(pm.ShapeError, match=r"gives an empty output .*use padding='SAME'"):
+        layer(jnp.ones((1, 2, 2, 3)))
+
+
+def test_conv_and_pool_rank_and_channel_errors() -> None:
+    with pytest.raises(pm.ShapeError, match=r"has 1 axis but a 2-D convolution needs at least 3"):
+        nn.Conv2d(3, 4, 3, key=KEY)(jnp.ones(3))
+    with pytest.raises(pm.ShapeError, match=r"has 5 channels but kernel"):
+        nn.Conv2d(3, 4, 3, key=KEY)(jnp.ones((1, 8, 8, 5)))
+    with pytest.raises(pm.ShapeError, match=r"2-D window \(2, 2\) needs at least 3"):
+        nn.MaxPool((2, 2))(jnp.ones(4))
+
+
+# ---------------------------------------------------------------- attention
+
+
+def test_attention_call_errors() -> None:
+    attn = nn.MultiHeadAttention(4, 16, key=KEY)
+    with pytest.raises(pm.ShapeError, match=r"'inputs_q' is f32\[16\] \(1 axis\)"):
+        attn(jnp.ones(16))
+    with pytest.raises(pm.ShapeError, match=r"dimension 'q_len' does not agree"):
+        attn(jnp.ones((2, 5, 16)), mask=jnp.ones((2, 1, 4, 4), bool))
+    with pytest.raises(pm.LayerConfigError, match=r"decode needs a decoding cache"):
+        pm.apply(attn.decode, jnp.ones((2, 1, 16)), mutable="cache")
+    cached = attn.init_cache(2, max_len=4)
+    with pytest.raises(pm.ShapeError, match=r"MultiHeadAttention\.decode.*'batch' does not agree"):
+        pm.apply(cached.decode, jnp.ones((3, 1, 16)), mutable="cache")
+    with pytest.raises(pm.LayerConfigError, match=r"decoding cache is full: writing 5 step"):
+        pm.apply(cached.decode, jnp.ones((2, 5, 16)), mutable="cache")
+
+
+# ---------------------------------------------------------------- recurrent
+
+
+def test_recurrent_call_errors() -> None:
+    cell = nn.GRUCell(3, 4, key=KEY)
+    rnn = nn.RNN(cell)
+    with pytest.raises(pm.ShapeError, match=r"'in_features' does not agree.*7"):
+        rnn(jnp.ones((2, 5, 7)))
+    with pytest.raises(pm.ShapeError, match=r"RNN: inputs f32\[3\] has 1 axes but the cell"):
+        rnn(jnp.ones(3))
+    with pytest.raises(
+        pm.ShapeError, match=r"seq_lengths i32\[3\] must have the batch shape \(2,\)"
+    ):
+        rnn(jnp.ones((2, 5, 3)), seq_lengths=jnp.array([1, 2, 3]))
+    with pytest.raises(
+        pm.ShapeError, match=r"seq_lengths i32\[2\] must have the batch shape \(4,\)"
+    ):
+        rnn(jnp.ones((5, 4, 3)), seq_lengths=jnp.array([1, 2]), time_major=True)
+    with pytest.raises(pm.ShapeError, match=r"'in_features' does not agree"):
+        cell(jnp.zeros((2, 5)), jnp.ones((2, 3)))
+    with pytest.raises(pm.ShapeError, match=r"LSTMCell\.__call__"):
+        nn.LSTMCell(3, 4, key=KEY)(jnp.zeros((2, 4)), jnp.ones((2, 3)))  # carry not a pair
+
+
+def test_sequential_passes_errors_of_its_layers_through() -> None:
+    model = nn.Sequential([nn.Linear(3, 4, key=KEY), jax.nn.relu, nn.Linear(5, 2, key=KEY)])
+    with pytest.raises(pm.ShapeError, match=r"'in_features' does not agree: it is 5"):
+        model(jnp.ones((1, 3)))
