@@ -33,6 +33,7 @@ lint: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check pytreemod adapters
 	$(VENV)/bin/pyright
+	$(VENV)/bin/lint-imports
 
 pytest: $(VENV)/.stamp-test
 	$(PY) -m pytest -n 2 -q

@@ -46,12 +46,15 @@ class InvalidFieldError(PytreemodError, TypeError):
     """A field declaration the Module machinery cannot support.
 
     Cause: ``field(init=False)`` (a Module rebuilds itself from its fields, so every field
-    must be settable) or an unhashable value in a ``static=True`` field (static values are
-    part of the tree structure, which JAX hashes to cache compilations).
+    must be settable), an unhashable value in a ``static=True`` field (static values are
+    part of the tree structure, which JAX hashes to cache compilations), or an array or
+    ``Variable`` in a ``static=True`` field (it would never be traced or differentiated,
+    and ``partition``, gradients and the optimizer would silently leave it out).
 
     Fix: drop ``init=False`` and set the field in a custom ``__init__``; store static
     configuration as hashable values (a tuple instead of a list, a frozenset instead of a
-    set).
+    set); declare a field holding arrays or Variables as a regular field (without
+    ``static=True``).
     """
 
 
@@ -243,14 +246,14 @@ class PytreemodWarning(UserWarning):
 
 
 class StaticArrayWarning(PytreemodWarning):
-    """An array was stored in a ``static=True`` field.
+    """A NumPy scalar was stored in a ``static=True`` field.
 
-    Cause: static fields are part of the tree structure; JAX compares them by identity or
-    value on every call, so a new array there forces a recompile each time and is never
-    traced or differentiated.
+    Cause: static fields are part of the tree structure; the scalar is a compile-time
+    constant, never traced or differentiated, and a new value forces a recompile. (An
+    array or a Variable there is an ``InvalidFieldError``.)
 
-    Fix: declare the field without ``static=True`` (arrays are children by default), or
-    store hashable Python values (tuples of ints, floats) if it really is configuration.
+    Fix: declare the field without ``static=True`` if the value is data, or store a plain
+    Python value (``float(x)``, ``int(x)``) if it really is configuration.
     """
 
 

@@ -18,6 +18,14 @@ from typing import Any, TypeVar
 import jax
 import jax.tree_util as jtu
 
+from ._axis_rules import (
+    AnyMesh,
+    _check_rank,
+    _named_sharding,
+    _names_spec,
+    _pick_mesh,
+    get_logical_axis_rules,
+)
 from ._errors import AxisMetadataError
 from ._module import Module, field
 
@@ -25,6 +33,8 @@ _B = TypeVar("_B", bound="AxisMetadata")
 
 PARTITION_NAME = "partition_name"
 """Key of ``metadata_params`` naming the axis a transform adds (``{PARTITION_NAME: 'layers'}``)."""
+
+_ROOT = "at <root>: "  # where a box's own get_partition_spec/get_sharding errors point
 
 
 class AxisMetadata(Module):
@@ -117,16 +127,15 @@ class Partitioned(AxisMetadata):
         """The ``PartitionSpec`` of the names: resolved through the active logical axis
         rules if any are set, taken literally as mesh axis names otherwise (the same as
         ``pytreemod.get_partition_spec`` gives for this box)."""
-        from ._sharding import get_partition_spec
+        _check_rank(self.value, self.names, type(self).__name__, _ROOT)
+        return _names_spec(self.names, get_logical_axis_rules(), _ROOT)
 
-        return get_partition_spec(self)
-
-    def get_sharding(self, mesh: Any = None) -> jax.sharding.NamedSharding:
+    def get_sharding(self, mesh: AnyMesh | None = None) -> jax.sharding.NamedSharding:
         """The ``NamedSharding`` of the value on ``mesh`` (default: the box's own mesh, then
         the mesh set with ``jax.set_mesh``)."""
-        from ._sharding import get_sharding
-
-        return get_sharding(self, mesh)
+        chosen = _pick_mesh(mesh, self.mesh, _ROOT)
+        _check_rank(self.value, self.names, type(self).__name__, _ROOT)
+        return _named_sharding(chosen, self.get_partition_spec(), _ROOT)
 
 
 def _axis_index(index: int, ndim: int) -> int:

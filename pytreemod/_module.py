@@ -12,18 +12,25 @@ Invariants (see ``pytreemod/README.md`` for the longer story):
   the instance directly, without running ``__init__``, converters or checks: a rebuilt
   tree may hold tracers, ``None`` or any placeholder JAX puts there.
 - Methods accessed on an instance are ``BoundMethod`` PyTrees, so ``jit(model.encode)``
-  traces the model's arrays instead of baking them in as constants.
+  traces the model's arrays instead of baking them in as constants; so are dunder methods
+  such as ``model.__call__``, except the protocol ones Python and the library call
+  implicitly (``_PLAIN_DUNDERS``).
+- ``inspect.signature(ModuleClass)`` is the signature of its ``__init__`` (without
+  ``self``), whether the dataclass wrote it or the class did.
 """
 
 import dataclasses
 import functools
+import inspect
 import types
 import warnings
 from abc import ABCMeta
 from collections.abc import Callable
-from typing import Any, ClassVar, Generic, TypeVar, cast, dataclass_transform
+from typing import Any, ClassVar, TypeVar, cast, dataclass_transform
 
+import jax
 import jax.tree_util as jtu
+import numpy as np
 
 from ._errors import (
     FrozenModuleError,
@@ -33,7 +40,11 @@ from ._errors import (
     UnhashableModuleError,
     UninitializedFieldError,
 )
-from ._tree import is_array, tree_equal
+from ._repr import array_summary, format_group, tree_pformat
+from ._shapecheck import checked
+from ._tree import format_path, tree_equal
+from ._treescope import treescope_repr
+from ._variables import Variable
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound="Module")
@@ -97,55 +108,68 @@ def field(
     )
 
 
-class BoundMethod(Generic[_T]):
+_new_partial = functools.partial.__new__
+
+
+class BoundMethod(functools.partial[_T]):
     """A method bound to a Module, itself a PyTree whose only child is the module.
 
     Passed as an argument to a transform (``jax.jit(lambda f, x: f(x))(model.encode, x)``,
     or a pytreemod transform of ``model.encode``), the model's arrays are therefore inputs,
     not constants captured in a closure. (``jax.jit(model.encode)`` works too, but plain
     JAX treats the function it wraps as static, so there the arrays are constants.)
+
+    It is a ``functools.partial`` of the function with the module as first argument, so
+    that calling it (``model(x)`` goes through ``model.__call__``) runs in C.
     """
 
-    __slots__ = ("__func__", "__self__", "__weakref__")
+    __slots__ = ()
 
-    def __init__(self, __func__: Callable[..., _T], __self__: Any):
-        object.__setattr__(self, "__func__", __func__)
-        object.__setattr__(self, "__self__", __self__)
+    def __new__(cls, __func__: Callable[..., _T], __self__: Any) -> "BoundMethod[_T]":
+        return _new_partial(cls, __func__, __self__)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> _T:
-        return self.__func__(self.__self__, *args, **kwargs)
+    @property
+    def __func__(self) -> Callable[..., _T]:
+        """The function (as defined in the class body)."""
+        return self.func
+
+    @property
+    def __self__(self) -> Any:
+        """The module the method is bound to."""
+        return self.args[0]
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenModuleError(f"Cannot set {name!r} on a bound method; it is immutable.")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # copy/deepcopy/pickle: rebuild through __init__, not the frozen __setattr__.
-        return (BoundMethod, (self.__func__, self.__self__))
+        # copy/deepcopy/pickle: rebuild through __new__, not the frozen __setattr__.
+        return (BoundMethod, (self.func, self.args[0]))
 
     def __getattr__(self, name: str) -> Any:
-        # __name__, __qualname__, __doc__, __module__ ... of the underlying function.
-        if name in ("__func__", "__self__"):
+        # __name__, __qualname__ ... of the underlying function.
+        if name in ("__func__", "__self__", "func", "args", "keywords"):
             raise AttributeError(name)
-        return getattr(self.__func__, name)
+        return getattr(self.func, name)
 
     @property
     def __wrapped__(self) -> Callable[..., _T]:
-        return functools.partial(self.__func__, self.__self__)
+        return functools.partial(self.func, self.args[0])
 
     def __eq__(self, other: object) -> bool:
         return (
-            type(other) is BoundMethod
-            and self.__func__ is other.__func__
-            and self.__self__ == other.__self__
+            type(other) is BoundMethod and self.func is other.func and self.args[0] == other.args[0]
         )
 
     def __hash__(self) -> int:
         # Not hash(self.__self__): a module holding arrays is unhashable, and jax.jit hashes
         # the function it wraps. Equal bound methods still hash equal.
-        return hash((self.__func__, type(self.__self__)))
+        return hash((self.func, type(self.args[0])))
 
     def __repr__(self) -> str:
-        return f"<bound method {self.__func__.__qualname__} of {type(self.__self__).__name__}>"
+        return f"<bound method {self.func.__qualname__} of {type(self.args[0]).__name__}>"
+
+    def _pytreemod_pformat(self, indent: int, width: int, used: int) -> str:
+        return repr(self)
 
 
 jtu.register_dataclass(BoundMethod, data_fields=["__self__"], meta_fields=["__func__"])
@@ -161,11 +185,42 @@ class _MethodDescriptor:
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         if instance is None:
             return self.__func__
-        return BoundMethod(self.__func__, instance)
+        return _new_partial(BoundMethod, self.__func__, instance)
 
 
 def _is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
+
+
+# Dunders that stay plain functions: Python (or a library: copy, pickle, dataclasses, JAX,
+# NumPy, treescope, rich) calls them implicitly, and some must be functions in the class
+# body (``__new__``, ``__init_subclass__``, ``__class_getitem__``; ``__check_init__`` is
+# called from the class dict). Every other method, ``__call__`` and operators included,
+# is a ``BoundMethod`` PyTree when read from an instance.
+_PLAIN_DUNDERS = frozenset(
+    {
+        *("__new__", "__init__", "__post_init__", "__check_init__", "__del__"),
+        *("__init_subclass__", "__class_getitem__", "__set_name__", "__subclasshook__"),
+        *("__instancecheck__", "__subclasscheck__", "__mro_entries__", "__prepare__"),
+        *("__getattr__", "__getattribute__", "__setattr__", "__delattr__", "__dir__"),
+        *("__get__", "__set__", "__delete__"),
+        *("__repr__", "__str__", "__bytes__", "__format__", "__sizeof__"),
+        *("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__"),
+        *("__len__", "__length_hint__", "__iter__", "__next__", "__reversed__"),
+        *("__contains__", "__enter__", "__exit__", "__aenter__", "__aexit__"),
+        *("__await__", "__aiter__", "__anext__", "__buffer__", "__release_buffer__"),
+        *("__index__", "__int__", "__float__", "__complex__", "__fspath__"),
+        *("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__"),
+        *("__getnewargs__", "__getnewargs_ex__", "__copy__", "__deepcopy__", "__replace__"),
+        *("__array__", "__array_ufunc__", "__array_function__", "__array_priority__"),
+        *("__jax_array__", "__dlpack__", "__dlpack_device__", "__tree_flatten__"),
+        *("__treescope_repr__", "__rich_repr__", "__rich__", "__rich_console__"),
+    }
+)
+
+
+def _wraps_as_bound_method(name: str) -> bool:
+    return not _is_dunder(name) or name not in _PLAIN_DUNDERS
 
 
 _UNCHECKED = frozenset({"__init__", "__check_init__", "__post_init__", "__repr__"})
@@ -180,8 +235,6 @@ def _typecheck_methods(namespace: dict[str, Any]) -> None:
     ``__init__`` is not checked (modules rebuilt by JAX never run it anyway), nor is a
     method already wrapped by ``checked`` (the layers' own).
     """
-    from ._shapecheck import checked
-
     for key, value in list(namespace.items()):
         if not isinstance(value, types.FunctionType) or key in _UNCHECKED:
             continue
@@ -225,7 +278,7 @@ class _ModuleMeta(ABCMeta):
             )
         else:
             for key, value in list(namespace.items()):
-                if isinstance(value, types.FunctionType) and not _is_dunder(key):
+                if isinstance(value, types.FunctionType) and _wraps_as_bound_method(key):
                     namespace[key] = _MethodDescriptor(value)
         cls: Any = super().__new__(mcs, name, bases, namespace, **kwargs)
         for method in awaiting_owner:
@@ -263,6 +316,14 @@ class _ModuleMeta(ABCMeta):
         if not is_base:
             jtu.register_dataclass(cls, data_fields=dynamic, meta_fields=[*static, _MARK])
         return cls
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        # A property of the metaclass, so it describes the class (what calling it takes)
+        # and is not inherited by instances, whose signature is their __call__'s.
+        signature = inspect.signature(cls.__init__)
+        parameters = list(signature.parameters.values())[1:]  # drop self
+        return signature.replace(parameters=[p for p in parameters if p.name != _MARK])
 
     # Deliberately unannotated: with `-> Any`, type checkers would type every `Model(...)`
     # as Any instead of checking the arguments against __init__ and inferring the class.
@@ -307,16 +368,7 @@ def _finish_init(cls: Any, self: Any) -> None:
         state[name] = converter(state[name])
     for name in cls._pytreemod_static:
         value = state[name]
-        if any(is_array(leaf) for leaf in jtu.tree_leaves(value)):
-            warnings.warn(
-                f"{cls.__name__}.{name} is a static field but holds an array. Static values "
-                "are part of the tree structure: the array is never traced or "
-                "differentiated, and a new one forces a recompile. Declare the field "
-                "without static=True.",
-                StaticArrayWarning,
-                stacklevel=3,  # the line that constructs the module
-            )
-            continue
+        _check_static_value(cls, name, value)
         try:
             hash(value)
         except TypeError:
@@ -328,6 +380,37 @@ def _finish_init(cls: Any, self: Any) -> None:
             ) from None
     for check in cls._pytreemod_check_inits:
         check(self)
+
+
+def _check_static_value(cls: Any, name: str, value: Any) -> None:
+    """An array or Variable in a static field is an error: it would never be traced,
+    differentiated or partitioned. A NumPy scalar only warns (it is hashable, so it works
+    as a compile-time constant, but it is never traced either)."""
+    is_variable = lambda x: isinstance(x, Variable)
+    for path, leaf in jtu.tree_leaves_with_path(value, is_leaf=is_variable):
+        where = f"{cls.__name__}.{name}" + ("" if not path else format_path(path))
+        if isinstance(leaf, Variable):
+            held = f"a {type(leaf).__name__} (collection {leaf.collection!r})"
+        elif isinstance(leaf, (jax.Array, np.ndarray)):
+            held = f"an array {array_summary(leaf)}"
+        elif isinstance(leaf, np.generic):
+            warnings.warn(
+                f"{where} is a static field but holds a NumPy scalar ({leaf!r}): it is a "
+                "compile-time constant, never traced or differentiated, and a new value "
+                "forces a recompile. Declare the field without static=True if it is data.",
+                StaticArrayWarning,
+                stacklevel=4,  # the line that constructs the module
+            )
+            continue
+        else:
+            continue
+        raise InvalidFieldError(
+            f"{where} is a static field (field(static=True)) but holds {held}. Static "
+            "values are part of the tree structure: it would be left out of partition, "
+            "gradients and the optimizer, never traced or differentiated. Declare "
+            f"`{name}` as a regular field (drop static=True; arrays and Variables are "
+            "children by default)."
+        )
 
 
 class Module(metaclass=_ModuleMeta):
@@ -414,9 +497,19 @@ class Module(metaclass=_ModuleMeta):
             ) from None
 
     def __repr__(self) -> str:
-        from ._repr import tree_pformat
-
         return tree_pformat(self)
+
+    def _pytreemod_pformat(self, indent: int, width: int, used: int) -> str:
+        items = [
+            (f.name, getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.repr and f.name in self._pytreemod_fieldset and f.name in self.__dict__
+        ]
+        return format_group(f"{type(self).__name__}(", ")", items, indent, width, used)
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: Callable[..., Any]) -> Any:
+        """Render as a foldable tree in notebooks (needs the optional ``treescope``)."""
+        return treescope_repr(self, path, subtree_renderer)
 
 
 def replace(module: _M, /, **changes: Any) -> _M:

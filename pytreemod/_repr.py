@@ -1,6 +1,5 @@
 """Readable reprs: arrays as ``f32[4, 32]``, variables as ``Param(f32[4, 32])``."""
 
-import dataclasses
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -40,37 +39,31 @@ def array_summary(x: Any) -> str:
 def tree_pformat(obj: Any, width: int = _WIDTH) -> str:
     """Pretty-format a tree: modules by field, variables by collection type, arrays by
     dtype and shape (never their values). Fits on one line when it can."""
-    return _fmt(obj, 0, width)
+    return format_node(obj, 0, width)
 
 
-def _fmt(obj: Any, indent: int, width: int, used: int = 0) -> str:
-    # `used`: characters that share a line with `obj` besides the indentation (a field
-    # name before it, a comma or closing bracket after it).
-    from ._module import BoundMethod, Module
-    from ._variables import Variable
+def format_node(obj: Any, indent: int, width: int, used: int = 0) -> str:
+    """Format one node of a tree at ``indent`` (the ``tree_pformat`` recursion).
 
+    ``used`` counts the characters that share a line with ``obj`` besides the indentation
+    (a field name before it, a comma or closing bracket after it). A class formats its
+    own instances by defining ``_pytreemod_pformat(self, indent, width, used) -> str``
+    (``Module``, ``Variable`` and ``BoundMethod`` do), usually with ``format_node`` and
+    ``format_group``; this module therefore knows none of them.
+    """
     if is_array(obj) or isinstance(obj, jax.ShapeDtypeStruct):
         return array_summary(obj)
-    if isinstance(obj, Variable):
-        name = type(obj).__name__
-        return f"{name}({_fmt(obj.value, indent, width, used + len(name) + 2)})"
-    if isinstance(obj, Module):
-        items = [
-            (f.name, getattr(obj, f.name))
-            for f in dataclasses.fields(obj)
-            if f.repr and f.name in obj._pytreemod_fieldset and f.name in obj.__dict__
-        ]
-        return _group(f"{type(obj).__name__}(", ")", items, indent, width, used)
-    if isinstance(obj, BoundMethod):
-        return repr(obj)
+    own = getattr(type(obj), "_pytreemod_pformat", None)
+    if own is not None:
+        return own(obj, indent, width, used)
     if isinstance(obj, list):
-        return _group("[", "]", [(None, x) for x in obj], indent, width, used)
+        return format_group("[", "]", [(None, x) for x in obj], indent, width, used)
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
         close = ",)" if len(obj) == 1 else ")"
-        return _group("(", close, [(None, x) for x in obj], indent, width, used)
+        return format_group("(", close, [(None, x) for x in obj], indent, width, used)
     if isinstance(obj, dict):
         items = [(repr(k), v) for k, v in obj.items()]
-        return _group("{", "}", items, indent, width, used, ": ")
+        return format_group("{", "}", items, indent, width, used, ": ")
     if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)) or (
         callable(obj) and not isinstance(obj, type) and hasattr(obj, "__wrapped__")
     ):
@@ -79,7 +72,7 @@ def _fmt(obj: Any, indent: int, width: int, used: int = 0) -> str:
     return repr(obj)
 
 
-def _group(
+def format_group(
     open_: str,
     close: str,
     items: Sequence[tuple[str | None, Any]],
@@ -88,8 +81,11 @@ def _group(
     used: int = 0,
     sep: str = "=",
 ) -> str:
+    """``open_ item, item close`` on one line if it fits in ``width``, else one item per
+    line; ``items`` are ``(prefix, value)`` pairs (``prefix + sep`` is written before the
+    value unless the prefix is ``None``)."""
     prefixes = ["" if k is None else f"{k}{sep}" for k, _ in items]
-    inner = [_fmt(v, indent + 2, width, len(p) + 1) for p, (_, v) in zip(prefixes, items)]
+    inner = [format_node(v, indent + 2, width, len(p) + 1) for p, (_, v) in zip(prefixes, items)]
     parts = [p + v for p, v in zip(prefixes, inner)]
     one_line = f"{open_}{', '.join(parts)}{close}"
     if "\n" not in one_line and indent + used + len(one_line) <= width:

@@ -149,11 +149,15 @@ def summary(x: Any) -> str:
 # ----------------------------------------------------------------------------- context
 
 
-def _module_frame(frame: types.FrameType | None) -> types.FrameType | None:
-    from ._module import Module
+def _is_module(obj: Any) -> bool:
+    # A pytreemod Module, recognised by the field table its metaclass gives every Module
+    # class: this module sits below ``_module`` (whose metaclass uses ``checked``).
+    return hasattr(type(obj), "_pytreemod_fieldset")
 
+
+def _module_frame(frame: types.FrameType | None) -> types.FrameType | None:
     while frame is not None:
-        if isinstance(frame.f_locals.get("self"), Module):
+        if _is_module(frame.f_locals.get("self")):
             return frame
         frame = frame.f_back
     return None

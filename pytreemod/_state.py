@@ -16,76 +16,49 @@ so the variables there are new objects: call ``apply`` inside the transformed fu
 return the updated module from it (that is how the update leaves the transform).
 """
 
-import contextvars
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax.tree_util as jtu
 
-from ._errors import StateWriteError
 from ._filters import FilterLike, to_filter
+from ._module import Module
 from ._partition import _Hole, _split
-from ._tree import Path, format_path
-from ._variables import Variable
+from ._tree import Path
+from ._variables import Variable, WriteRecorder, recorders
 
 T = TypeVar("T")
 
 
-class _Recorder:
-    __slots__ = ("mutable", "paths", "writes")
-
-    def __init__(self, model: Any, mutable: FilterLike):
-        structure, values = _split(model)
-        self.paths: dict[int, tuple[Path, Variable]] = {}
-        for slot, value in enumerate(values):
-            if isinstance(value, Variable) and id(value) not in self.paths:
-                self.paths[id(value)] = (structure.paths[slot], value)
-        self.mutable = to_filter(mutable)
-        self.writes: dict[int, Any] = {}
-
-
-_active: contextvars.ContextVar[tuple[_Recorder, ...]] = contextvars.ContextVar(
-    "pytreemod_apply", default=()
+_IN_TRANSFORM = (
+    "Inside a transform (jit, vmap, scan, ...) the model is rebuilt from its arrays: call "
+    "pm.apply inside the transformed function and return the updated module from it. If "
+    "the variable belongs to another module, apply that module."
 )
 
 
-def _set(variable: Variable, value: Any) -> None:
-    recorders = _active.get()
-    name = f"{type(variable).__name__} (collection {variable.collection!r})"
-    if not recorders:
-        raise StateWriteError(
-            f"{name}.set() was called outside pytreemod.apply. Modules are immutable: run "
-            f"the call as `out, model = pm.apply(model, *args, mutable={variable.collection!r})` "
-            "to get the updated model back."
-        )
-    recorder = recorders[-1]
-    entry = recorder.paths.get(id(variable))
-    if entry is None:
-        raise StateWriteError(
-            f"{name}.set() wrote a variable that is not part of the model given to the "
-            "innermost pytreemod.apply. Inside a transform (jit, vmap, scan, ...) the model "
-            "is rebuilt from its arrays: call pm.apply inside the transformed function and "
-            "return the updated module from it."
-        )
-    path, original = entry
-    if not recorder.mutable(path, original):
-        raise StateWriteError(
-            f"Cannot update {format_path(path)}: collection {variable.collection!r} is not "
-            f"mutable in this apply (mutable={recorder.mutable!r}). Pass "
-            f"mutable=[{variable.collection!r}, ...] to pytreemod.apply to allow it, or do not "
-            "write it (e.g. BatchNorm with use_running_average=True in evaluation)."
-        )
-    recorder.writes[id(variable)] = value
+def _not_a_module(fn: Any) -> str:
+    name = getattr(fn, "__name__", None)
+    given = "a lambda" if name == "<lambda>" else f"{name or type(fn).__name__!r}"
+    return (
+        f"pytreemod.apply was given {given}, which is not a Module or a method of one, so there is no "
+        "model to update: pass the module itself, `pm.apply(module, *args, mutable=...)`, "
+        "or one of its methods, `pm.apply(module.method, *args, mutable=...)`, not a lambda "
+        "or function that calls it."
+    )
 
 
-def _get(variable: Variable) -> Any:
-    for recorder in reversed(_active.get()):
-        if id(variable) in recorder.writes:
-            return recorder.writes[id(variable)]
-    return variable.value
+def _recorder(fn: Any, model: Any, mutable: FilterLike) -> WriteRecorder:
+    structure, values = _split(model)
+    paths: dict[int, tuple[Path, Variable[Any]]] = {}
+    for slot, value in enumerate(values):
+        if isinstance(value, Variable) and id(value) not in paths:
+            paths[id(value)] = (structure.paths[slot], value)
+    elsewhere = _IN_TRANSFORM if isinstance(model, Module) else _not_a_module(fn)
+    return WriteRecorder(paths, to_filter(mutable), elsewhere)
 
 
-def is_mutable(variable: Variable) -> bool:
+def is_mutable(variable: Variable[Any]) -> bool:
     """Whether ``variable.set(...)`` would be accepted now.
 
     True inside a ``pm.apply`` whose model holds ``variable`` (the innermost call) and whose
@@ -104,11 +77,11 @@ def is_mutable(variable: Variable) -> bool:
     >>> model(), pm.apply(model, mutable="batch_stats")[0], pm.apply(model)[0]
     (False, True, False)
     """
-    recorders = _active.get()
-    if not recorders:
+    active = recorders.get()
+    if not active:
         return False
-    entry = recorders[-1].paths.get(id(variable))
-    return entry is not None and bool(recorders[-1].mutable(entry[0], entry[1]))
+    entry = active[-1].paths.get(id(variable))
+    return entry is not None and bool(active[-1].mutable(entry[0], entry[1]))
 
 
 def apply(
@@ -142,12 +115,12 @@ def apply(
     1
     """
     module = getattr(fn, "__self__", fn)
-    recorder = _Recorder(module, mutable)
-    token = _active.set((*_active.get(), recorder))
+    recorder = _recorder(fn, module, mutable)
+    token = recorders.set((*recorders.get(), recorder))
     try:
         out = fn(*args, **kwargs)
     finally:
-        _active.reset(token)
+        recorders.reset(token)
     if not recorder.writes:
         return out, module
     structure, values = _split(module)
@@ -160,7 +133,3 @@ def apply(
         for x in structure.leaves
     ]
     return out, jtu.tree_unflatten(structure.treedef, leaves)
-
-
-Variable.set = _set  # type: ignore[method-assign]
-Variable.get = _get  # type: ignore[method-assign]

@@ -13,17 +13,62 @@ collection name) does not.
 
 Every Variable subclass is registered with JAX's C++ dataclass path: its only child is
 ``value``, so ``jax.tree.map`` maps the value and keeps the box.
+
+``Variable.set``/``get`` go through the stack of ``WriteRecorder``s kept here: each active
+``pytreemod.apply`` call (``_state``) pushes one, and the innermost one records the writes.
 """
 
+import contextvars
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
+import jax
 import jax.tree_util as jtu
 
-from ._errors import FrozenModuleError
-from ._tree import tree_equal
+from ._errors import FrozenModuleError, StateWriteError
+from ._repr import format_node, tree_pformat
+from ._tree import Path, format_path, is_array, tree_equal
 
 T = TypeVar("T")
-_V = TypeVar("_V", bound="Variable")
+_V = TypeVar("_V", bound="Variable[Any]")
+
+
+class WriteRecorder:
+    """The writes of one ``pytreemod.apply`` call, keyed by the id of the Variable object.
+
+    ``paths`` maps the id of every Variable of the applied model to its path and the
+    Variable itself; ``mutable(path, variable)`` says whether it may be written;
+    ``elsewhere`` is what to tell a write to a Variable outside the model (the likely cause
+    and the fix, which depend on what ``apply`` was given).
+    """
+
+    __slots__ = ("elsewhere", "mutable", "paths", "writes")
+
+    def __init__(
+        self,
+        paths: "dict[int, tuple[Path, Variable[Any]]]",
+        mutable: "Callable[[Path, Variable[Any]], bool]",
+        elsewhere: str,
+    ):
+        self.paths = paths
+        self.mutable = mutable
+        self.elsewhere = elsewhere
+        self.writes: dict[int, Any] = {}
+
+
+recorders: contextvars.ContextVar[tuple[WriteRecorder, ...]] = contextvars.ContextVar(
+    "pytreemod_apply", default=()
+)
+"""The recorders of the active ``pytreemod.apply`` calls, innermost last (never modules)."""
+
+
+def _unboxed(value: Any) -> Any:
+    # The array a Variable holds, inside any axis-metadata boxes: a box is a PyTree node
+    # whose only child is the value it wraps, so the one leaf is the array.
+    if is_array(value) or isinstance(value, jax.ShapeDtypeStruct):
+        return value
+    leaves = jtu.tree_leaves(value)
+    return leaves[0] if len(leaves) == 1 else value
 
 
 class Variable(Generic[T]):
@@ -71,11 +116,37 @@ class Variable(Generic[T]):
         value. Writing outside ``apply``, or to a collection the ``apply`` call did not
         make mutable, is a ``StateWriteError``.
         """
-        raise NotImplementedError  # replaced by pytreemod._state
+        active = recorders.get()
+        name = f"{type(self).__name__} (collection {self.collection!r})"
+        if not active:
+            raise StateWriteError(
+                f"{name}.set() was called outside pytreemod.apply. Modules are immutable: run "
+                f"the call as `out, model = pm.apply(model, *args, mutable={self.collection!r})` "
+                "to get the updated model back."
+            )
+        recorder = active[-1]
+        entry = recorder.paths.get(id(self))
+        if entry is None:
+            raise StateWriteError(
+                f"{name}.set() wrote a variable that is not part of the model given to the "
+                f"innermost pytreemod.apply. {recorder.elsewhere}"
+            )
+        path, original = entry
+        if not recorder.mutable(path, original):
+            raise StateWriteError(
+                f"Cannot update {format_path(path)}: collection {self.collection!r} is not "
+                f"mutable in this apply (mutable={recorder.mutable!r}). Pass "
+                f"mutable=[{self.collection!r}, ...] to pytreemod.apply to allow it, or do not "
+                "write it (e.g. BatchNorm with use_running_average=True in evaluation)."
+            )
+        recorder.writes[id(self)] = value
 
     def get(self) -> T:
         """The value written in the current ``apply`` call if any, else ``value``."""
-        raise NotImplementedError  # replaced by pytreemod._state
+        for recorder in reversed(recorders.get()):
+            if id(self) in recorder.writes:
+                return recorder.writes[id(self)]
+        return self.value
 
     def replace(self: _V, value: Any) -> _V:
         """A new variable of the same type (and collection) holding ``value``."""
@@ -84,16 +155,12 @@ class Variable(Generic[T]):
     @property
     def shape(self) -> tuple[int, ...]:
         """Shape of the (unboxed) value."""
-        from ._meta import unbox
-
-        return unbox(self.value).shape
+        return _unboxed(self.value).shape
 
     @property
     def dtype(self) -> Any:
         """Dtype of the (unboxed) value."""
-        from ._meta import unbox
-
-        return unbox(self.value).dtype
+        return _unboxed(self.value).dtype
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and tree_equal(self.value, other.value)  # type: ignore[attr-defined]
@@ -102,9 +169,11 @@ class Variable(Generic[T]):
         return hash((type(self), self.value))
 
     def __repr__(self) -> str:
-        from ._repr import tree_pformat
-
         return tree_pformat(self)
+
+    def _pytreemod_pformat(self, indent: int, width: int, used: int) -> str:
+        name = type(self).__name__
+        return f"{name}({format_node(self.value, indent, width, used + len(name) + 2)})"
 
 
 jtu.register_dataclass(Variable, data_fields=["value"], meta_fields=[])

@@ -3,6 +3,7 @@
 import abc
 import copy
 import dataclasses
+import inspect
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -146,30 +147,61 @@ def test_static_field_with_unhashable_value_raises() -> None:
     assert Config((1, 2)).sizes == (1, 2)
 
 
-@pytest.mark.parametrize("array", [jnp.ones(2, dtype=jnp.float32), np.ones(2, dtype=np.float32)])
-def test_static_field_holding_an_array_warns(array: Any) -> None:
+@pytest.mark.parametrize(
+    ("value", "held"),
+    [
+        (jnp.ones(2, dtype=jnp.float32), r"an array f32\[2\]"),
+        (np.ones(2, dtype=np.float32), r"an array f32\[2\]\(numpy\)"),
+        (pm.Param(jnp.ones(2, dtype=jnp.float32)), r"a Param \(collection 'params'\)"),
+        (pm.BatchStat(0.5), r"a BatchStat \(collection 'batch_stats'\)"),
+    ],
+)
+def test_static_field_holding_an_array_or_variable_is_an_error(value: Any, held: str) -> None:
     class Holder(pm.Module):
         value: Any = pm.field(static=True)
 
-    with pytest.warns(pm.StaticArrayWarning, match=r"Holder\.value is a static field but holds"):
-        Holder(array)
-    # Nested arrays are found too, and the warning is a PytreemodWarning.
-    with pytest.warns(pm.PytreemodWarning, match="never traced or differentiated"):
-        Holder((1, array))
+    with pytest.raises(pm.InvalidFieldError, match=rf"Holder\.value is a static field.*{held}"):
+        Holder(value)
+    # The message names the fix.
+    with pytest.raises(pm.InvalidFieldError, match=r"Declare `value` as a regular field"):
+        Holder(value)
 
 
-def test_static_array_warning_points_at_the_construction() -> None:
+def test_static_error_names_the_place_inside_the_field() -> None:
+    class Holder(pm.Module):
+        value: Any = pm.field(static=True)
+
+    with pytest.raises(pm.InvalidFieldError, match=r"Holder\.value\[1\]\.w is a static"):
+        Holder((1, {"w": pm.Param(jnp.zeros(3))}))
+    # Hashable configuration is still fine.
+    assert Holder((1, "relu")).value == (1, "relu")
+
+
+def test_a_parameter_in_a_regular_field_is_partitioned() -> None:
+    # The fix the error suggests: the same value in a regular field is a parameter.
+    class Holder(pm.Module):
+        value: Any
+
+    _, params, _ = pm.partition(Holder(pm.Param(jnp.ones(2))), "params")
+    assert params["value"].shape == (2,)
+
+
+def test_static_numpy_scalar_warns_at_the_construction() -> None:
     class Holder(pm.Module):
         value: Any = pm.field(static=True)
 
     def build() -> Holder:
-        return Holder(jnp.ones(2, dtype=jnp.float32))
+        return Holder(np.float32(0.5))
 
-    with pytest.warns(pm.StaticArrayWarning) as record:
+    with pytest.warns(
+        pm.StaticArrayWarning, match=r"Holder\.value is a static field but holds"
+    ) as record:
         build()
     (warning,) = record
     assert warning.filename == __file__
     assert warning.lineno == build.__code__.co_firstlineno + 1
+    with pytest.warns(pm.PytreemodWarning, match="never traced or differentiated"):
+        Holder((1, np.int32(3)))
 
 
 def test_init_false_field_is_rejected_at_class_creation() -> None:
@@ -421,6 +453,101 @@ def test_plain_jax_jit_of_bound_method_works(getkey: Callable[[], jax.Array]) ->
     assert tree_allclose(jax.jit(m.encode)(x), m.encode(x))
     m2 = jax.tree.map(lambda w: w * 2.0, m)
     assert tree_allclose(jax.jit(m2.encode)(x), m2.encode(x))
+
+
+class Pair(pm.Module):
+    a: jax.Array
+    b: jax.Array
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.a * x + self.b
+
+    def __getitem__(self, i: int) -> jax.Array:
+        return (self.a, self.b)[i]
+
+    def __add__(self, other: "Pair") -> "Pair":
+        return Pair(self.a + other.a, self.b + other.b)
+
+    def __len__(self) -> int:
+        return 2
+
+
+def _pair() -> Pair:
+    return Pair(jnp.array(2.0), jnp.array(1.0))
+
+
+@pytest.mark.parametrize("name", ["__call__", "__getitem__", "__add__"])
+def test_dunder_methods_read_from_an_instance_are_pytrees(name: str) -> None:
+    m = _pair()
+    method = getattr(m, name)
+    assert isinstance(method, pm.BoundMethod)
+    assert method.__self__ is m and method.__name__ == name
+    leaves = jax.tree.leaves(method)
+    assert len(leaves) == 2 and leaves[0] is m.a and leaves[1] is m.b
+
+
+def test_call_dunder_under_jit_traces_the_model(getkey: Callable[[], jax.Array]) -> None:
+    m = Linear(2, 3, key=getkey())
+    assert [x is y for x, y in zip(jax.tree.leaves(m.__call__), jax.tree.leaves(m))] == [
+        True,
+        True,
+    ]
+    traces: list[int] = []
+
+    def run(f: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
+        traces.append(1)
+        return f(x)
+
+    x = jnp.ones(2, dtype=jnp.float32)
+    jitted = jax.jit(run)
+    m2 = jax.tree.map(lambda w: w + 1.0, m)
+    assert tree_allclose(jitted(m.__call__, x), m(x))
+    assert tree_allclose(jitted(m2.__call__, x), m2(x))
+    assert len(traces) == 1  # the weights are inputs, not constants
+    g = jax.grad(lambda f: f(x).sum())(m.__call__)
+    assert isinstance(g, pm.BoundMethod) and isinstance(g.__self__, Linear)
+    assert tree_allclose(g.__self__.bias.value, jnp.ones(3))
+
+
+def test_dunders_still_work_through_python_syntax() -> None:
+    m = _pair()
+    assert float(m(jnp.array(3.0))) == 7.0
+    assert float(m[1]) == 1.0
+    assert float((m + m).a) == 4.0
+    assert len(m) == 2
+    # Protocol dunders Python calls implicitly stay plain bound methods.
+    for name in ("__eq__", "__hash__", "__repr__", "__len__", "__setattr__"):
+        assert not isinstance(getattr(m, name), pm.BoundMethod), name
+    assert m == _pair() and repr(m) == "Pair(a=f32[], b=f32[])"
+
+
+def test_inspect_signature_of_a_dataclass_module_shows_its_fields() -> None:
+    sig = inspect.signature(Scaled)
+    assert list(sig.parameters) == ["weight", "size", "scale"]
+    assert sig.parameters["size"].default == 3
+    assert "_pytreemod_unflatten" not in str(sig)
+
+
+def test_inspect_signature_of_a_custom_init_module_shows_its_parameters() -> None:
+    sig = inspect.signature(Linear)
+    assert list(sig.parameters) == ["n_in", "n_out", "key"]
+    assert sig.parameters["key"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert sig.parameters["n_in"].annotation is int
+
+
+def test_inspect_signature_of_library_layers_and_subclasses() -> None:
+    sig = inspect.signature(pm.nn.Linear)
+    assert list(sig.parameters)[:2] == ["in_features", "out_features"]
+    assert "key" in sig.parameters
+
+    class Wider(Scaled):
+        extra: int = 0
+
+    assert list(inspect.signature(Wider).parameters) == ["weight", "size", "scale", "extra"]
+    # An instance's signature is still its __call__'s.
+    m = Linear(2, 3, key=jax.random.key(0))
+    assert list(inspect.signature(m).parameters) == ["x"]
+    assert list(inspect.signature(_pair()).parameters) == ["x"]
 
 
 # --- JAX transforms ---------------------------------------------------------------------

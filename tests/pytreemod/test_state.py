@@ -81,6 +81,30 @@ def test_writing_a_variable_not_in_the_applied_model_is_an_error() -> None:
 
     with pytest.raises(pm.StateWriteError, match=r"not part of the model given to the innermost"):
         pm.apply(Meddler(pm.Param(jnp.ones(1))), mutable=True)
+    with pytest.raises(pm.StateWriteError, match=r"belongs to another module, apply that module"):
+        pm.apply(Meddler(pm.Param(jnp.ones(1))), mutable=True)
+
+
+def test_apply_given_a_lambda_says_to_pass_the_module_or_a_method() -> None:
+    model = make()
+    x = jnp.array(1.0)
+    with pytest.raises(
+        pm.StateWriteError,
+        match=r"apply was given a lambda, which is not a Module or a method of one.*"
+        r"`pm\.apply\(module, \*args, mutable=\.\.\.\)`.*`pm\.apply\(module\.method,",
+    ):
+        pm.apply(lambda x: model(x), x, mutable="batch_stats")
+
+    def run(x: jax.Array) -> jax.Array:
+        return model.peek()
+
+    with pytest.raises(pm.StateWriteError, match=r"given 'run', which is not a Module"):
+        pm.apply(run, x, mutable="batch_stats")
+    # What the message says to do works: the module, or a method of it.
+    _, new = pm.apply(model, x, mutable="batch_stats")
+    assert int(new.count.value) == 1
+    out, new = pm.apply(model.peek, mutable="batch_stats")
+    assert int(out) == 10 and int(new.count.value) == 10
 
 
 def test_shared_variable_is_updated_everywhere() -> None:
