@@ -24,9 +24,11 @@ def field(
     pytree_node: bool = True, *, metadata: Mapping[str, Any] | None = None, **kwargs: Any
 ) -> Any:
     """A ``dataclasses.field``; ``pytree_node=False`` makes it static metadata."""
-    # "static" is the same flag under pytreemod's name, for PyTreeNodes that are also
-    # pytreemod Modules (e.g. custom AxisMetadata boxes).
-    meta = {**(metadata or {}), "pytree_node": pytree_node, "static": not pytree_node}
+    meta = {**(metadata or {}), "pytree_node": pytree_node}
+    if not pytree_node:
+        # The same flag under pytreemod's name, for PyTreeNodes that are also pytreemod
+        # Modules (e.g. custom AxisMetadata boxes); data fields' metadata stays Flax's.
+        meta["static"] = True
     return dataclasses.field(metadata=meta, **kwargs)
 
 

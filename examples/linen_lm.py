@@ -31,14 +31,21 @@ program, and builds the same variable tree). What it shows:
 - **The bridge.** ``adapters.bridge.ToPytreemod(backbone, variables)`` turns the trained
   embedding + blocks into a pytreemod Module; ``pm.jit`` runs it, and its output equals
   the Linen ``apply``.
+- **Several processes.** ``--coordinator HOST:PORT --num-processes N --process-id I``
+  starts ``jax.distributed`` (with ``gloo`` collectives between CPU processes); the
+  same code then runs on the global mesh, each process feeding the shards of its own
+  devices (``global_array``). ``--checkpoint DIR`` writes the final parameters and
+  optimizer state with Orbax, every process its shards; ``restore_checkpoint`` reads
+  them into any mesh. Two processes with 4 CPU devices each give the losses of one
+  process with 8 (``docs/scale.md`` has the launch commands).
 
 The corpus is built in (the opening paragraphs of *Alice's Adventures in Wonderland*,
 public domain), so nothing is downloaded. Run it with ``python examples/linen_lm.py
-[--steps N] [--layers L] [--width W] [--seed S] [--no-bridge] [--no-plot]``. The
-defaults (800 steps) take about a minute and a half on a shared 2-core CPU, bring the
-loss from about 4.7 to about 0.4 nats per character (the greedy samples then recite the
-text, e.g. ``'the Rabbit actually took a watch out of its waistc'``) and write
-``linen_lm_loss.png`` next to this file.
+[--steps N] [--layers L] [--width W] [--seed S] [--no-bridge] [--no-plot]
+[--checkpoint DIR]``. The defaults (800 steps) take about a minute and a half on a
+shared 2-core CPU, bring the loss from about 4.7 to about 0.4 nats per character (the
+greedy samples then recite the text, e.g. ``'the Rabbit actually took a watch out of its
+waistc'``) and write ``linen_lm_loss.png`` next to this file.
 """
 
 import os
@@ -288,8 +295,7 @@ def make_mesh() -> Mesh:
 def global_array(value: np.ndarray, sharding: NamedSharding) -> jax.Array:
     """A global array from a value every process computes in full (the batches here:
     same seed, same windows). Each process builds only the shards of its own devices,
-    so this works with one process or many; ``jax.device_put`` needs every device to be
-    local."""
+    so this works with one process or many."""
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
 
