@@ -112,3 +112,11 @@ def test_doctest_examples_are_fenced_for_the_site() -> None:
         "Summary.\n\n- item:\n\n  ```pycon\n  >>> f([1, 2])\n  [2, 3]\n  ```\n\nAfter.\n"
         "```python\n>>> x\n```"
     )
+
+
+def test_readme_links_point_at_files() -> None:
+    """README.md is read on the repository, not the site: its relative links must exist."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert "docs/index.md" in local
+    assert [link for link in local if not (ROOT / link).exists()] == []
