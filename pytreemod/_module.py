@@ -325,9 +325,10 @@ class _ModuleMeta(ABCMeta):
         parameters = list(signature.parameters.values())[1:]  # drop self
         return signature.replace(parameters=[p for p in parameters if p.name != _MARK])
 
-    # Deliberately unannotated: with `-> Any`, type checkers would type every `Model(...)`
-    # as Any instead of checking the arguments against __init__ and inferring the class.
-    def __call__(cls, *args: Any, **kwargs: Any):
+    # Annotated with the class's own instance type, not `Any`: type checkers then keep
+    # checking `Model(...)` against __init__ and infer `Model` (with `-> Any` every call
+    # would be Any).
+    def __call__(cls: type[_T], *args: Any, **kwargs: Any) -> _T:
         if kwargs.get(_MARK) is _UNFLATTEN:
             # JAX (or replace/tree_at) rebuilding a tree: no __init__, no checks.
             del kwargs[_MARK]
@@ -438,7 +439,7 @@ class Module(metaclass=_ModuleMeta):
     an updated copy.
     """
 
-    _pytreemod_field_objs: ClassVar[tuple[dataclasses.Field, ...]]
+    _pytreemod_field_objs: ClassVar[tuple[dataclasses.Field[Any], ...]]
     _pytreemod_fields: ClassVar[tuple[str, ...]]
     _pytreemod_fieldset: ClassVar[frozenset[str]]
     _pytreemod_static: ClassVar[tuple[str, ...]]
@@ -531,6 +532,6 @@ def replace(module: _M, /, **changes: Any) -> _M:
     return new
 
 
-def fields(module: "Module | type[Module]") -> tuple[dataclasses.Field, ...]:
+def fields(module: "Module | type[Module]") -> tuple[dataclasses.Field[Any], ...]:
     """The dataclass fields of a Module class or instance (without internal ones)."""
     return tuple(f for f in dataclasses.fields(module) if f.name != _MARK)

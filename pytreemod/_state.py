@@ -41,10 +41,10 @@ def _not_a_module(fn: Any) -> str:
     name = getattr(fn, "__name__", None)
     given = "a lambda" if name == "<lambda>" else f"{name or type(fn).__name__!r}"
     return (
-        f"pytreemod.apply was given {given}, which is not a Module or a method of one, so there is no "
-        "model to update: pass the module itself, `pm.apply(module, *args, mutable=...)`, "
-        "or one of its methods, `pm.apply(module.method, *args, mutable=...)`, not a lambda "
-        "or function that calls it."
+        f"pytreemod.apply was given {given}, which is not a Module or a method of one, so "
+        "there is no model to update: pass the module itself, "
+        "`pm.apply(module, *args, mutable=...)`, or one of its methods, "
+        "`pm.apply(module.method, *args, mutable=...)`, not a lambda or function that calls it."
     )
 
 

@@ -85,7 +85,7 @@ class Variable(Generic[T]):
     collection: ClassVar[str] = "variables"
     value: T
 
-    def __init_subclass__(cls, collection: str | None = None, **kwargs: Any):
+    def __init_subclass__(cls, collection: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.collection = collection if collection is not None else cls.__name__
         jtu.register_dataclass(cls, data_fields=["value"], meta_fields=[])

@@ -761,3 +761,18 @@ def test_copy_deepcopy_pickle(clone: Callable[[Any], Any], getkey: Callable[[], 
     assert isinstance(method, pm.BoundMethod)
     x = jnp.ones(2, dtype=jnp.float32)
     assert tree_allclose(method(x), m.inner.encode(x))
+
+
+def test_treescope_repr_of_a_module_delegates_to_the_renderer() -> None:
+    pytest.importorskip("treescope")
+    seen: list[str | None] = []
+
+    def renderer(value: Any, path: str | None = None) -> Any:
+        from treescope import rendering_parts
+
+        seen.append(path)
+        return rendering_parts.text("x")
+
+    rendering = _pair().__treescope_repr__("m", renderer)
+    assert seen == ["m.a", "m.b"]
+    assert rendering is not NotImplemented
