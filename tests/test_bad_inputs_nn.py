@@ -98,7 +98,11 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("dropout-high", lambda: nn.Dropout(1.5), r"Dropout: rate=1\.5 is not a probability"),
     ("dropout-neg", lambda: nn.Dropout(-0.1), r"rate=-0\.1 is not a probability"),
     ("dropout-str", lambda: nn.Dropout("0.5"), r"Dropout: rate='0\.5' must be a number"),
-    ("dropout-dims", lambda: nn.Dropout(0.5, broadcast_dims=("a",)), r"broadcast_dims='a'"),
+    (
+        "dropout-dims",
+        lambda: nn.Dropout(0.5, broadcast_dims=("a",)),
+        r"broadcast_dims='a' must be an int",
+    ),
     ("mha-dropout", lambda: nn.MultiHeadAttention(4, 16, dropout_rate=2.0, key=KEY), r"dropout"),
     ("batchnorm-momentum", lambda: nn.BatchNorm(4, momentum=2.0), r"momentum=2\.0 is not a pro"),
     ("layernorm-eps-neg", lambda: nn.LayerNorm(4, epsilon=-1.0), r"epsilon=-1\.0 must be >= 0"),

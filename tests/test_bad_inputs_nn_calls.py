@@ -217,3 +217,22 @@ def test_sequential_passes_errors_of_its_layers_through() -> None:
     model = nn.Sequential([nn.Linear(3, 4, key=KEY), jax.nn.relu, nn.Linear(5, 2, key=KEY)])
     with pytest.raises(pm.ShapeError, match=r"'in_features' does not agree: it is 5"):
         model(jnp.ones((1, 3)))
+
+
+def test_the_id_check_keeps_grad_vmap_and_jit_working() -> None:
+    emb = nn.Embedding(5, 4, key=KEY)
+    ids = jnp.array([[0, 4], [1, 2]])
+    grads = pm.jit(pm.grad(lambda m, i: jnp.sum(m(i) ** 2)))(emb, ids)
+    assert grads.embedding.value.shape == (5, 4)
+    assert float(jnp.abs(grads.embedding.value[3]).sum()) == 0.0  # id 3 is unused
+    rows = pm.jit(pm.vmap(lambda m, i: m(i), in_axes=(None, 0)))(emb, ids)
+    assert rows.shape == (2, 2, 4)
+    assert emb(jnp.zeros((0,), jnp.int32)).shape == (0, 4)  # no ids: nothing to check
+
+
+def test_error_if_needs_an_array_to_attach_the_check_to() -> None:
+    from pytreemod.nn._checks import error_if
+
+    with pytest.raises(ValueError, match=r"error_if needs an array in `x`"):
+        jax.jit(lambda p: error_if(None, p, "never"))(jnp.array(True))
+    assert error_if((), False, "a concrete false predicate needs no array") == ()

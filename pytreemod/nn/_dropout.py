@@ -10,7 +10,7 @@ from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked, summary
 from . import _ops_dropout as F
-from ._validate import _is_int, positive_int, probability
+from ._validate import _is_int, integer, probability
 
 
 class Dropout(Module, typecheck=True):
@@ -46,9 +46,7 @@ class Dropout(Module, typecheck=True):
     ):
         self.rate = probability("Dropout", "rate", rate)
         dims: Any = (broadcast_dims,) if _is_int(broadcast_dims) else broadcast_dims
-        self.broadcast_dims = tuple(
-            positive_int("Dropout", "broadcast_dims", d, minimum=-(2**31)) for d in dims
-        )
+        self.broadcast_dims = tuple(integer("Dropout", "broadcast_dims", d) for d in dims)
         self.deterministic = deterministic
 
     @checked

@@ -23,20 +23,24 @@ def _is_int(value: Any) -> bool:
     return True
 
 
-def positive_int(layer: str, name: str, value: Any, *, minimum: int = 1) -> int:
-    """``value`` as an int, which must be ``>= minimum``."""
-    if not _is_int(value) or operator.index(value) < minimum:
-        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+def integer(layer: str, name: str, value: Any) -> int:
+    """``value`` as an int (not a bool)."""
+    if not _is_int(value):
+        raise LayerConfigError(f"{layer}: {name}={value!r} must be an int.")
+    return operator.index(value)
+
+
+def positive_int(layer: str, name: str, value: Any) -> int:
+    """``value`` as an int, which must be ``>= 1``."""
+    if not _is_int(value) or operator.index(value) < 1:
         raise LayerConfigError(
-            f"{layer}: {name}={value!r} must be {what}; pass e.g. {name}={max(minimum, 1)}."
+            f"{layer}: {name}={value!r} must be a positive int; pass e.g. {name}=1."
         )
     return operator.index(value)
 
 
-def positive_ints(
-    layer: str, name: str, values: Any, *, minimum: int = 1, allow_int: bool = True
-) -> tuple[int, ...]:
-    """A tuple of ints ``>= minimum`` (a single int becomes a 1-tuple if ``allow_int``)."""
+def positive_ints(layer: str, name: str, values: Any, *, allow_int: bool = True) -> tuple[int, ...]:
+    """A tuple of ints ``>= 1`` (a single int becomes a 1-tuple if ``allow_int``)."""
     if _is_int(values) and allow_int:
         values = (values,)
     if isinstance(values, str) or not isinstance(values, Sequence):
@@ -44,10 +48,9 @@ def positive_ints(
         raise LayerConfigError(f"{layer}: {name}={values!r} must be {hint}.")
     out: list[int] = []
     for v in values:
-        if not _is_int(v) or operator.index(v) < minimum:
-            what = "positive ints" if minimum == 1 else f"ints >= {minimum}"
+        if not _is_int(v) or operator.index(v) < 1:
             raise LayerConfigError(
-                f"{layer}: {name}={tuple(values)!r} must hold {what}; got {v!r}."
+                f"{layer}: {name}={tuple(values)!r} must hold positive ints; got {v!r}."
             )
         out.append(operator.index(v))
     return tuple(out)
