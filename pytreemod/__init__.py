@@ -18,6 +18,7 @@ from ._errors import LayerConfigError as LayerConfigError
 from ._errors import LogicalAxisRulesError as LogicalAxisRulesError
 from ._errors import PytreemodError as PytreemodError
 from ._errors import PytreemodWarning as PytreemodWarning
+from ._errors import RetraceWarning as RetraceWarning
 from ._errors import ShapeError as ShapeError
 from ._errors import ShardingError as ShardingError
 from ._errors import StateMismatchError as StateMismatchError
@@ -82,6 +83,7 @@ from ._sharding import with_logical_partitioning as with_logical_partitioning
 from ._state import apply as apply
 from ._state import is_mutable as is_mutable
 from ._tabulate import tabulate as tabulate
+from ._trace_cache import trace_once as trace_once
 from ._train_state import TrainState as TrainState
 from ._transforms import Carry as Carry
 from ._transforms import DiffState as DiffState

@@ -248,6 +248,12 @@ def _hashable(x: Any) -> Any:
     return x
 
 
+# Initializers from these modules are pure functions of (key, shape, dtype): under a trace,
+# one trace per distinct shape is reused (``pm.trace_once``). Others (user closures, which
+# may read or write module state) run as given.
+_PURE_INITIALIZER_MODULES = frozenset({"jax.nn.initializers", "jax._src.nn.initializers"})
+
+
 def _init_shapes(
     init_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> list[tuple[int, ...]]:
@@ -750,6 +756,8 @@ class Scope:
             return value
         if not self.is_mutable_collection("params"):
             raise self._missing("params", name, param=True)
+        if getattr(init_fn, "__module__", None) in _PURE_INITIALIZER_MODULES:
+            init_fn = pm.trace_once(init_fn)
         value = init_fn(self.make_rng("params"), *init_args, **init_kwargs)
         self.put_variable("params", name, value)
         return _unbox(value) if unbox else value

@@ -15,7 +15,7 @@ import numpy as np
 from adapters.core import meta
 from pytreemod.nn import functional as F
 
-from . import initializers
+from . import _traced, initializers
 from .dtypes import promote_dtype
 from .module import Module, compact, merge_param
 
@@ -143,14 +143,15 @@ class DenseGeneral(Module):
                 self.param_dtype,
             )
         inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        return F.dense_general(
+        dot_general = _pick(self.dot_general, self.dot_general_cls)
+        return (_traced.dense_general if dot_general is None else F.dense_general)(
             inputs,
             kernel,
             bias,
             axis=axis,
             batch_dims=batch,
             precision=self.precision,
-            dot_general=_pick(self.dot_general, self.dot_general_cls),
+            dot_general=dot_general,
         )
 
 
@@ -179,13 +180,14 @@ class Dense(Module):
         if self.use_bias:
             bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
         inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        return F.dense_general(
+        dot_general = _pick(self.dot_general, self.dot_general_cls)
+        return (_traced.dense_general if dot_general is None else F.dense_general)(
             inputs,
             kernel,
             bias,
             axis=-1,
             precision=self.precision,
-            dot_general=_pick(self.dot_general, self.dot_general_cls),
+            dot_general=dot_general,
         )
 
 
@@ -345,13 +347,14 @@ class _Conv(Module):
                 precision=self.precision,
                 **options,
             )
-        return F.conv(
+        conv_general_dilated = _pick(self.conv_general_dilated, self.conv_general_dilated_cls)
+        return (_traced.conv if conv_general_dilated is None else F.conv)(
             inputs,
             kernel,
             bias,
             feature_group_count=self.feature_group_count,
             precision=self.precision,
-            conv_general_dilated=_pick(self.conv_general_dilated, self.conv_general_dilated_cls),
+            conv_general_dilated=conv_general_dilated,
             **options,
         )
 
@@ -417,7 +420,7 @@ class ConvTranspose(Module):
         if self.use_bias:
             bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
         inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        return F.conv_transpose(
+        return _traced.conv_transpose(
             inputs,
             kernel,
             bias,

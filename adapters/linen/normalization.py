@@ -17,7 +17,7 @@ from jax import lax
 
 from pytreemod.nn import functional as F
 
-from . import initializers
+from . import _traced, initializers
 from .dtypes import canonicalize_dtype
 from .module import Module, compact, merge_param
 
@@ -52,7 +52,8 @@ def _stats(
     use_mean: bool = True,
     mask: Array | None = None,
 ) -> tuple[Array | None, Array]:
-    return F.compute_stats(
+    stats = F.compute_stats if axis_name is not None else _traced.compute_stats
+    return stats(
         x,
         axes,
         use_mean=use_mean,
@@ -89,7 +90,7 @@ def _normalize(
         scale = None if scale is None else jnp.asarray(scale, mdl.param_dtype)
         bias = None if bias is None else jnp.asarray(bias, mdl.param_dtype)
     dtype = canonicalize_dtype(*[a for a in (x, scale, bias) if a is not None], dtype=mdl.dtype)
-    return F.normalize(
+    return _traced.normalize(
         x,
         mean,
         var,

@@ -12,6 +12,8 @@ import jax.numpy as jnp
 
 from pytreemod.nn import functional as F
 
+from . import _traced
+
 Padding = str | Sequence[tuple[int, int]]
 
 __all__ = ["avg_pool", "max_pool", "min_pool", "pool"]
@@ -43,7 +45,7 @@ def avg_pool(
     """Mean over each window; ``count_include_pad=False`` divides by the number of real
     (unpadded) entries."""
     x = jnp.asarray(inputs)
-    return F.avg_pool(x, tuple(window_shape), strides or None, padding, count_include_pad)
+    return _traced.avg_pool(x, tuple(window_shape), strides or None, padding, count_include_pad)
 
 
 def max_pool(
@@ -53,7 +55,7 @@ def max_pool(
     padding: Padding = "VALID",
 ) -> jax.Array:
     """Maximum over each window."""
-    return F.max_pool(jnp.asarray(inputs), tuple(window_shape), strides or None, padding)
+    return _traced.max_pool(jnp.asarray(inputs), tuple(window_shape), strides or None, padding)
 
 
 def min_pool(

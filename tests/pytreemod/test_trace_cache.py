@@ -1,0 +1,137 @@
+"""pm.trace_once: one trace per call configuration under a trace, plain calls otherwise."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pytreemod as pm
+
+
+def _count_python_runs() -> tuple[list[int], object]:
+    runs = [0]
+
+    def scale(x: jax.Array, factor: float, *, shift: jax.Array | None = None) -> jax.Array:
+        runs[0] += 1
+        y = x * factor
+        return y if shift is None else y + shift
+
+    return runs, pm.trace_once(scale)
+
+
+def test_repeated_calls_under_a_trace_run_python_once() -> None:
+    runs, scale = _count_python_runs()
+
+    def f(x: jax.Array) -> jax.Array:
+        for _ in range(5):
+            x = scale(x, 2.0)  # type: ignore[operator]
+        return x
+
+    jaxpr = jax.make_jaxpr(f)(jnp.ones(3))
+    assert runs[0] == 1
+    assert [e.primitive.name for e in jaxpr.eqns] == ["jit"] * 5
+    np.testing.assert_allclose(jax.jit(f)(jnp.ones(3)), np.full(3, 32.0))
+
+
+def test_new_shapes_and_static_values_trace_again() -> None:
+    runs, scale = _count_python_runs()
+
+    def f(x: jax.Array, y: jax.Array) -> tuple[jax.Array, ...]:
+        return (
+            scale(x, 2.0),  # type: ignore[operator]
+            scale(x, 3.0),  # type: ignore[operator]
+            scale(y, 2.0),  # type: ignore[operator]
+            scale(x, 2),  # type: ignore[operator]  # an int is not the float 2.0
+            scale(x, 2.0, shift=y[:3]),  # type: ignore[operator]
+        )
+
+    out = jax.jit(f)(jnp.ones(3), jnp.ones(4))
+    assert runs[0] == 5
+    np.testing.assert_allclose(out[0], np.full(3, 2.0))
+    np.testing.assert_allclose(out[1], np.full(3, 3.0))
+    np.testing.assert_allclose(out[4], np.full(3, 3.0))
+
+
+def test_eager_calls_run_the_function_itself() -> None:
+    runs, scale = _count_python_runs()
+    ys = [scale(jnp.ones(2), 2.0) for _ in range(3)]  # type: ignore[operator]
+    assert runs[0] == 3
+    np.testing.assert_array_equal(ys[-1], np.full(2, 2.0))
+
+
+def test_lists_are_keys_by_value_and_stay_lists() -> None:
+    seen: list[type] = []
+
+    @pm.trace_once
+    def reshape(x: jax.Array, shape: list[int] | tuple[int, ...]) -> jax.Array:
+        seen.append(type(shape))
+        return x.reshape(shape)
+
+    f = jax.jit(lambda x: (reshape(x, [2, 3]), reshape(x, [2, 3]), reshape(x, (2, 3))))
+    a, b, c = f(jnp.arange(6.0))
+    assert seen == [list, tuple]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+
+
+def test_unhashable_arguments_fall_back_to_a_plain_call() -> None:
+    runs = [0]
+
+    @pm.trace_once
+    def pick(x: jax.Array, table: dict[str, float]) -> jax.Array:
+        runs[0] += 1
+        return x * table["k"]
+
+    out = jax.jit(lambda x: pick(pick(x, {"k": 2.0}), {"k": 2.0}))(jnp.ones(2))
+    assert runs[0] == 2
+    np.testing.assert_allclose(out, np.full(2, 4.0))
+
+
+def test_errors_come_from_the_function_as_without_the_cache() -> None:
+    @pm.trace_once
+    def check(x: jax.Array, n: int) -> jax.Array:
+        if x.shape[0] != n:
+            raise ValueError(f"check: expected {n} rows, got {x.shape[0]}")
+        return x
+
+    with pytest.raises(ValueError, match="expected 3 rows, got 2"):
+        jax.jit(lambda x: check(x, 3))(jnp.ones(2))
+
+
+def test_functions_needing_concrete_values_still_work() -> None:
+    # ``int(table)`` needs a concrete array; inside the nested jit it is a tracer, so the
+    # cached trace fails and the function runs as written.
+    table = jnp.asarray(3)
+
+    @pm.trace_once
+    def repeat(x: jax.Array, count: jax.Array) -> jax.Array:
+        return jnp.tile(x, int(count))
+
+    f = jax.jit(lambda x: (repeat(x, table), repeat(x, table)))
+    a, b = f(jnp.ones(2))
+    assert a.shape == b.shape == (6,)
+
+
+def test_grad_vmap_and_scan_see_through_the_cache() -> None:
+    square = pm.trace_once(lambda x, p: jnp.sum(x**p))
+    x = jnp.arange(1.0, 4.0)
+    np.testing.assert_allclose(jax.grad(lambda x: square(x, 2))(x), 2 * x)
+    np.testing.assert_allclose(jax.vmap(lambda r: square(r, 2))(jnp.stack([x, x])), [14.0, 14.0])
+    _, ys = jax.lax.scan(lambda c, r: (c, square(r, 2)), 0.0, jnp.stack([x, 2 * x]))
+    np.testing.assert_allclose(ys, [14.0, 56.0])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    factor=st.floats(-4, 4, allow_nan=False),
+)
+def test_law_same_values_as_the_plain_function(shape: list[int], factor: float) -> None:
+    fn = lambda x, f: jnp.tanh(x) * f + x.sum()
+    cached = pm.trace_once(fn)
+    x = jnp.linspace(-1.0, 1.0, int(np.prod(shape))).reshape(shape)
+    np.testing.assert_array_equal(
+        jax.jit(lambda x: cached(x, factor))(x), jax.jit(lambda x: fn(x, factor))(x)
+    )
