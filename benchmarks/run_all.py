@@ -44,6 +44,12 @@ SECTIONS = [
         "Target: scan-over-layers compile time at depth 64 within 1.5x of depth 8.",
     ),
     (
+        "Checkpoints: save and load of a 100M-parameter model",
+        ["-m", "benchmarks.checkpoint"],
+        "Target: `pm.save` and `pm.load` within 1.1x of raw `safetensors.numpy` on the same "
+        "arrays (the disk is the limit); `flax.serialization` (msgpack) alongside.",
+    ),
+    (
         "Transformer train step",
         ["-m", "benchmarks.transformer"],
         "Target: the pytreemod step within 1.02x of Flax Linen's (the fastest of raw JAX, "

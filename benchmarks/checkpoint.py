@@ -1,0 +1,199 @@
+"""Save and load of a ~100M-parameter model: ``pm.save``/``pm.load`` against raw
+``safetensors.numpy`` (``save_file``/``load_file`` on the same arrays) and
+``flax.serialization`` (``to_bytes``/``from_bytes``, msgpack) — and ``adapters``' copy of
+the latter.
+
+Every contestant starts from the same model of ``jax.Array``\\ s and ends with ``jax.Array``\\ s
+again (raw and msgpack loads are followed by ``jnp.asarray`` of every array, as a program
+would do), writing to and reading from the same folder. Rounds are interleaved and the
+median of each is reported; loads read files the preceding save left in the page cache.
+
+Run: ``python -m benchmarks.checkpoint [--rounds N] [--layers L]`` (prints Markdown).
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+import pytreemod as pm
+from pytreemod import nn
+
+WIDTH = 1024
+RAW = "raw `safetensors.numpy` `save_file` / `load_file`"
+
+
+class Stack(pm.Module):
+    """``layers`` Linear(1024, 1024) layers: 1.05M parameters each."""
+
+    layers: list[nn.Linear]
+
+    def __init__(self, layers: int, *, key: jax.Array) -> None:
+        self.layers = [nn.Linear(WIDTH, WIDTH, key=k) for k in jax.random.split(key, layers)]
+
+
+def _flat(model: Stack) -> dict[str, jax.Array]:
+    """The model's arrays by path, as a raw safetensors program would name them."""
+    out = {}
+    for i, layer in enumerate(model.layers):
+        out[f"layers.{i}.kernel"] = layer.kernel.value
+        if layer.bias is not None:
+            out[f"layers.{i}.bias"] = layer.bias.value
+    return out
+
+
+def _nested(model: Stack) -> dict[str, Any]:
+    """The same arrays as Flax's variables would hold them: ``{'params': {...}}``."""
+    layers: dict[str, Any] = {}
+    for i, layer in enumerate(model.layers):
+        entry = {"kernel": layer.kernel.value}
+        if layer.bias is not None:
+            entry["bias"] = layer.bias.value
+        layers[str(i)] = entry
+    return {"params": layers}
+
+
+def _block(tree: Any) -> Any:
+    return jax.block_until_ready(tree)
+
+
+def contestants(
+    model: Stack, folder: str
+) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
+    """name -> (save, load); every load returns jax arrays."""
+    import flax.serialization as flax_ser
+
+    from adapters import serialization as ours_ser
+
+    skeleton = pm.eval_shape(Stack, len(model.layers), key=jax.random.key(0))
+    flat, nested = _flat(model), _nested(model)
+    template = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), nested)
+    paths = {name: os.path.join(folder, name) for name in ("pm", "raw", "rawsync", "flax", "ad")}
+
+    def raw_save() -> None:
+        save_file({k: np.asarray(v) for k, v in flat.items()}, paths["raw"])
+
+    def raw_load() -> Any:
+        return _block({k: jnp.asarray(v) for k, v in load_file(paths["raw"]).items()})
+
+    def raw_save_fsync() -> None:
+        save_file({k: np.asarray(v) for k, v in flat.items()}, paths["rawsync"])
+        with open(paths["rawsync"], "rb+") as f:
+            os.fsync(f.fileno())
+
+    def raw_load_fsync() -> Any:
+        return _block({k: jnp.asarray(v) for k, v in load_file(paths["rawsync"]).items()})
+
+    def msgpack_save(ser: Any, path: str) -> Callable[[], None]:
+        def save() -> None:
+            with open(path, "wb") as f:
+                f.write(ser.to_bytes(nested))
+
+        return save
+
+    def msgpack_load(ser: Any, path: str) -> Callable[[], Any]:
+        def load() -> Any:
+            with open(path, "rb") as f:
+                restored = ser.from_bytes(template, f.read())
+            return _block(jax.tree.map(jnp.asarray, restored))
+
+        return load
+
+    return {
+        "`pm.save` / `pm.load` (into an `eval_shape` skeleton)": (
+            lambda: pm.save(paths["pm"], model),
+            lambda: _block(pm.load(paths["pm"], skeleton)),
+        ),
+        RAW: (raw_save, raw_load),
+        "raw `safetensors.numpy`, then `os.fsync` of the file": (raw_save_fsync, raw_load_fsync),
+        "`flax.serialization` `to_bytes` / `from_bytes` (msgpack)": (
+            msgpack_save(flax_ser, paths["flax"]),
+            msgpack_load(flax_ser, paths["flax"]),
+        ),
+        "`adapters.serialization` `to_bytes` / `from_bytes`": (
+            msgpack_save(ours_ser, paths["ad"]),
+            msgpack_load(ours_ser, paths["ad"]),
+        ),
+    }
+
+
+def measure(model: Stack, rounds: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Seconds of every save and load, ``rounds`` interleaved rounds (plus a warm-up)."""
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder:
+        runs = contestants(model, folder)
+        times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in runs}
+        for round_ in range(rounds + 1):
+            order = list(runs.items())
+            if round_ % 2:  # alternate the order: no contestant always goes first
+                order.reverse()
+            for name, (save, load) in order:
+                for file in os.listdir(folder):  # every save writes a new file (untimed)
+                    os.unlink(os.path.join(folder, file))
+                start = time.perf_counter()
+                save()
+                saved = time.perf_counter()
+                load()
+                loaded = time.perf_counter()
+                if round_:  # the first round warms up (imports, compiled helpers)
+                    times[name][0].append(saved - start)
+                    times[name][1].append(loaded - saved)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Save/load speed of a 100M-parameter model.")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--layers", type=int, default=96, help="Linear(1024, 1024) layers")
+    args = parser.parse_args()
+    model = pm.jit(Stack)(args.layers, key=jax.random.key(0))
+    n = sum(x.size for x in jax.tree.leaves(model))
+    size = sum(x.nbytes for x in jax.tree.leaves(model))
+    times = measure(model, args.rounds)
+    raw_save = statistics.median(times[RAW][0])
+    raw_load = statistics.median(times[RAW][1])
+    print(
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s), Python "
+        f"{platform.python_version()}, jax {jax.__version__}, load average "
+        f"{os.getloadavg()[0]:.1f} at the end"
+    )
+    print()
+    print(f"### Save and load of a {n / 1e6:.1f}M-parameter model ({size / 1e6:.0f} MB float32)")
+    print()
+    print("| | save (ms) | save / raw | load (ms) | load / raw |")
+    print("|---|---:|---:|---:|---:|")
+    for name, (saves, loads) in times.items():
+        save, load = statistics.median(saves), statistics.median(loads)
+        print(
+            f"| {name} | {save * 1e3:.0f} | **{save / raw_save:.2f}x** | {load * 1e3:.0f} "
+            f"| **{load / raw_load:.2f}x** |"
+        )
+    synced = "raw `safetensors.numpy`, then `os.fsync` of the file"
+    pm_save = statistics.median(next(iter(times.values()))[0])
+    print()
+    print(
+        f"`pm.save` against the raw write with the same `fsync`: "
+        f"**{pm_save / statistics.median(times[synced][0]):.2f}x**."
+    )
+    print()
+    print(
+        f"{args.layers} arrays of {WIDTH}x{WIDTH} and {args.layers} of {WIDTH}; median of "
+        f"{args.rounds} interleaved rounds (after one warm-up round), each a save then a "
+        "load of the same file, into a folder emptied (untimed) before each save. Loads end "
+        "with `jax.Array`s (raw and msgpack: `jnp.asarray` "
+        "of every array). `pm.save` writes a temporary file, `fsync`s it and renames it into "
+        "place (an atomic, durable write); the raw write with `os.fsync` is the same amount "
+        "of disk work. Loads read the file from the page cache."
+    )
+
+
+if __name__ == "__main__":
+    main()
