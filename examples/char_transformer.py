@@ -42,7 +42,7 @@ import os
 import pathlib
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -333,7 +333,7 @@ def make_train_step(optimizer: optax.GradientTransformation) -> Any:
         loss, grads = pm.value_and_grad(loss_fn, argnums=pm.DiffState(0, "params"))(model, x, y)
         structure, params, rest = pm.partition(model, "params")
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = cast(pm.State, optax.apply_updates(params, updates))
+        params = optax.apply_updates(params, updates)
         return pm.combine(structure, params, rest), opt_state, loss
 
     return train_step

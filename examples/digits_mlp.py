@@ -23,7 +23,7 @@ import argparse
 import pathlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -130,7 +130,7 @@ def make_train_step(
 
         loss, grads = jax.value_and_grad(params_loss)(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = cast(pm.State, optax.apply_updates(params, updates))
+        params = optax.apply_updates(params, updates)
         return params, opt_state, loss
 
     return train_step

@@ -26,7 +26,7 @@ import safetensors.numpy
 
 from . import _checkpoint_format as fmt
 from ._errors import CheckpointError, CheckpointFormatError, CheckpointMismatchError
-from ._filters import Everything, FilterLike, to_filter
+from ._filters import Everything, FilterLike, check_collections, to_filter
 from ._meta import AxisMetadata
 from ._module import fields
 from ._partition import Structure, _build, _split
@@ -249,6 +249,11 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
         raise CheckpointError(f"{path!r}: no such checkpoint file.")
     structure, values = _split(like)
     pred = to_filter(filter)
+    check_collections(
+        pred,
+        "load(filter=...)",
+        lambda: (structure.collection(i) for i in range(len(structure.paths))),
+    )
     where = lambda slot: f"{format_path(structure.paths[slot])}"
     keys = _keys(structure, path)
     try:

@@ -257,6 +257,22 @@ class StaticArrayWarning(PytreemodWarning):
     """
 
 
+class RetraceWarning(PytreemodWarning):
+    """A ``pytreemod.jit`` function was traced and compiled again and again.
+
+    Cause: every call whose arguments differ in something that is not an array value
+    compiles a new version: a non-array argument (a Python ``int`` step counter, a float
+    hyperparameter) is a compile-time constant, and a new shape, dtype, tree structure or
+    static field is a new program. Given once per function (on its 10th trace by default),
+    naming the argument that changed and what it held.
+
+    Fix: pass changing numbers as arrays (``jnp.asarray(step)``) so they are traced; pad
+    inputs to a few fixed shapes; keep structures and static fields fixed. If the
+    retraces are intended, ``pm.jit(f, warn_retraces=None)`` turns the warning off (or
+    raise the count with ``warn_retraces=n``).
+    """
+
+
 def _all_classes() -> list[type]:
     module = sys.modules[__name__]
     return [

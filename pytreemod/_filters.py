@@ -222,6 +222,61 @@ class Predicate(Filter):
         return bool(self.fn(path, value))
 
 
+_declared: set[str] = set()
+
+
+def _walk_subclasses(cls: type) -> None:
+    _declared.add(t.cast(t.Any, cls).collection)
+    for sub in cls.__subclasses__():
+        _walk_subclasses(sub)
+
+
+def declared_collections() -> frozenset[str]:
+    """Every collection some Variable class declares (``params``, ``batch_stats``...)."""
+    _walk_subclasses(Variable)
+    return frozenset(_declared)
+
+
+def _collection_names(f: Filter) -> list[str]:
+    if isinstance(f, Collection):
+        return [f.name]
+    if isinstance(f, Not):
+        return _collection_names(f.filter)
+    if isinstance(f, _Nary):
+        return [n for part in f.filters for n in _collection_names(part)]
+    return []
+
+
+def check_collections(
+    spec: FilterLike, where: str, have: Callable[[], t.Iterable[str]] | None = None
+) -> None:
+    """Raise ``InvalidFilterError`` if ``spec`` names a collection no Variable class
+    declares (a typo such as ``"parms"``).
+
+    A declared collection that the tree happens not to hold is fine (it selects nothing:
+    generic code passes ``"batch_stats"`` for models with and without BatchNorm). ``have``
+    (a function giving the tree's collections, called only on an error) makes the message
+    more useful. Costs a set lookup per
+    name unless a name is new (then the Variable classes are walked once more).
+    """
+    names = _collection_names(to_filter(spec))
+    unknown = [n for n in names if n not in _declared]
+    if unknown:
+        declared = declared_collections()
+        unknown = [n for n in unknown if n not in declared]
+    if not unknown:
+        return
+    listed = ", ".join(repr(c) for c in sorted(set(have()))) if have is not None else None
+    declared = sorted(declared_collections())
+    known = ", ".join(repr(c) for c in declared[:12]) + (", ..." if len(declared) > 12 else "")
+    raise InvalidFilterError(
+        f"{where}: no variable has collection {unknown[0]!r} (a typo?). "
+        + (f"The tree's collections are {listed or 'none'}; " if listed is not None else "")
+        + f"the declared collections are {known}. A collection exists once a Variable "
+        "class declares it (class MyVar(pm.Variable, collection=...))."
+    )
+
+
 _FORMS = (
     "a collection name ('params'), a Variable type (Param), True or ... (everything), "
     "False or None (nothing), Not(f) or DenyList(f), Any(...) or a list/tuple (union), "

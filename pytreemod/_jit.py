@@ -38,9 +38,10 @@ import jax.tree_util as jtu
 
 from ._codegen import _is_namedtuple, compile_unflatten
 from ._errors import TransformError
-from ._filters import FilterLike, to_filter
+from ._filters import FilterLike, check_collections, to_filter
 from ._module import BoundMethod, Module
 from ._pack import Skeleton, pack, unpack
+from ._retrace import DEFAULT_WARN_RETRACES, TraceLog
 from ._tree import format_path, is_array
 
 P = ParamSpec("P")
@@ -400,8 +401,10 @@ class _JitWrapper(Generic[P, R]):
         fun: Callable[P, R],
         donate_argnums: Sequence[int | DonateState],
         jit_kwargs: dict[str, Any],
+        warn_retraces: int | None = DEFAULT_WARN_RETRACES,
     ):
         self._fun = fun
+        self._traces = TraceLog(fun, warn_retraces)
         self._fun_is_tree = not jtu.treedef_is_leaf(jtu.tree_structure(fun))
         self._donate = tuple(
             d if isinstance(d, DonateState) else DonateState(d, True) for d in donate_argnums
@@ -460,6 +463,7 @@ class _JitWrapper(Generic[P, R]):
         self._patterns.clear()
         self._last.items = ()
         self._last.entry = None
+        self._traces.reset()
 
     def _slow(
         self, tree: Any, leaves: list[Any], treedef: Any, args: tuple[Any, ...], kwargs: Any
@@ -590,8 +594,11 @@ class _JitWrapper(Generic[P, R]):
             def rebuild(dyn: Sequence[Any]) -> Any:
                 return unpack(skeleton, dyn)
 
+        traces = self._traces
+
         def traced(*dyn: Any, _entry: _Entry = entry) -> Any:
             f, a, k = split_call(rebuild(dyn))
+            traces.note(f, a, k)
             return _entry.record((f if f is not None else fun)(*a, **k))
 
         f_, a_, k_ = split_call(tree)
@@ -603,6 +610,7 @@ class _JitWrapper(Generic[P, R]):
             # The arguments go to jax.jit as they are: JAX flattens them once, in C++.
             def traced_tree(*targs: Any, **kwargs: Any) -> Any:
                 f, a = (targs[0], targs[1:]) if fun_is_tree else (fun, targs)
+                traces.note(f if fun_is_tree else None, a, kwargs)
                 return entry.record(f(*a, **kwargs))
 
             offset = 1 if fun_is_tree else 0
@@ -618,6 +626,8 @@ class _JitWrapper(Generic[P, R]):
         skeleton, _, slot_values = pack(full)
         value_of = dict(zip(skeleton.slots, slot_values))
         filters = [(d.argnum, to_filter(d.filter)) for d in self._donate]
+        for _, filt in filters:
+            check_collections(filt, "jit: DonateState")
         positions = []
         for i, slot in enumerate(skeleton.array_slots()):
             path = skeleton.path(slot)
@@ -655,6 +665,7 @@ def jit(
     fun: Callable[P, R],
     *,
     donate_argnums: int | Sequence[int | DonateState] = (),
+    warn_retraces: int | None = DEFAULT_WARN_RETRACES,
     **jit_kwargs: Any,
 ) -> Callable[P, R]: ...
 
@@ -664,6 +675,7 @@ def jit(
     fun: None = None,
     *,
     donate_argnums: int | Sequence[int | DonateState] = (),
+    warn_retraces: int | None = DEFAULT_WARN_RETRACES,
     **jit_kwargs: Any,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
@@ -672,6 +684,7 @@ def jit(
     fun: Callable[P, R] | None = None,
     *,
     donate_argnums: int | Sequence[int | DonateState] = (),
+    warn_retraces: int | None = DEFAULT_WARN_RETRACES,
     **jit_kwargs: Any,
 ) -> Any:
     """Compile ``fun`` with ``jax.jit``, taking any arguments (Equinox's ``filter_jit``).
@@ -687,6 +700,9 @@ def jit(
     - ``fun``: the function (or decorate with ``@pm.jit`` / ``@pm.jit(...)``).
     - ``donate_argnums``: positional arguments whose arrays XLA may reuse for outputs;
       entries are ints or ``DonateState(argnum, filter)`` to donate only selected state.
+    - ``warn_retraces``: on this many traces of ``fun`` (default 10) whose arguments
+      differ, warn once with a ``RetraceWarning`` naming the argument that keeps changing
+      (a Python number passed each call, a new shape each call); ``None``: never warn.
     - ``**jit_kwargs``: passed to ``jax.jit`` (e.g. ``in_shardings``/``out_shardings``
       over the flat list of traced arrays is not supported; shard the arrays themselves
       with ``jax.device_put`` instead: ``jit`` follows their shardings).
@@ -707,9 +723,13 @@ def jit(
                 f"jit does not take {bad}: non-array arguments are already static, and "
                 "arrays are donated with donate_argnums=(DonateState(argnum, filter),)."
             )
+    if warn_retraces is not None and warn_retraces < 2:
+        raise TransformError(
+            f"jit: warn_retraces must be None or an int >= 2, got {warn_retraces!r}."
+        )
     if fun is None:
-        return lambda f: _JitWrapper(f, donate_argnums, jit_kwargs).make_call()
-    return _JitWrapper(fun, donate_argnums, jit_kwargs).make_call()
+        return lambda f: _JitWrapper(f, donate_argnums, jit_kwargs, warn_retraces).make_call()
+    return _JitWrapper(fun, donate_argnums, jit_kwargs, warn_retraces).make_call()
 
 
 filter_jit = jit

@@ -16,20 +16,29 @@ occupies one slot; it appears once in the states (at its first path) and ``combi
 puts the same Variable object back in every place.
 """
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeAlias, TypeVar, overload
 
 import jax
 import jax.tree_util as jtu
 
 from ._errors import StateMismatchError
-from ._filters import FilterLike, to_filter
+from ._filters import FilterLike, check_collections, to_filter
 from ._meta import AxisMetadata
 from ._tree import Path, format_path, is_array, path_keys
 from ._variables import Variable
 
-State = dict[Any, Any]
+State: TypeAlias = dict[Any, Any]
 """A nested dict of variable values, keyed by path components."""
+
+StateLike: TypeAlias = Mapping[Any, Any] | Iterable[Any] | jax.typing.ArrayLike
+"""What ``combine`` accepts as a state: a ``State``, or any mapping shaped like one. The
+type is as wide as optax's ``Params`` (``optax.apply_updates`` returns that for a state
+dict), so ``combine(structure, optax.apply_updates(params, updates), rest)`` type-checks;
+at run time a state must still be a mapping (``StateMismatchError`` otherwise)."""
+
+M = TypeVar("M")
+"""The type of the tree a ``Structure`` was taken from (a Module class, a dict...)."""
 
 
 def _is_slot_leaf(x: Any) -> bool:
@@ -54,8 +63,11 @@ class _Hole:
         return f"<slot {self.index}>"
 
 
-class Structure:
+class Structure(Generic[M]):
     """Everything in a PyTree except its variables' values. Hashable, comparable.
+
+    Generic in the type of the tree it was taken from: ``partition(model)`` gives a
+    ``Structure[type(model)]`` and ``combine`` returns that type.
 
     **Attributes:**
 
@@ -71,12 +83,19 @@ class Structure:
 
     __slots__ = ("_hash", "alias", "leaves", "paths", "specs", "treedef", "types")
 
+    treedef: Any
+    leaves: tuple[Any, ...]
+    paths: tuple[Path, ...]
+    types: "tuple[type[Variable[Any]] | None, ...]"
+    alias: tuple[int | None, ...]
+    specs: "tuple[SlotSpec | None, ...] | None"
+
     def __init__(
         self,
         treedef: Any,
         leaves: tuple[Any, ...],
         paths: tuple[Path, ...],
-        types: tuple[type[Variable] | None, ...],
+        types: "tuple[type[Variable[Any]] | None, ...]",
         alias: tuple[int | None, ...],
         specs: "tuple[SlotSpec | None, ...] | None" = None,
     ):
@@ -88,9 +107,9 @@ class Structure:
         self.specs = specs
         self._hash: int | None = None
 
-    def with_specs(self, values: Sequence[Any]) -> "Structure":
+    def with_specs(self, values: Sequence[Any]) -> "Structure[M]":
         """A copy that records the shape, dtype and boxes of each slot's value."""
-        return Structure(
+        copy: Structure[M] = Structure(
             self.treedef,
             self.leaves,
             self.paths,
@@ -98,6 +117,7 @@ class Structure:
             self.alias,
             tuple(_spec_of(v) for v in values),
         )
+        return copy
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Structure):
@@ -196,12 +216,12 @@ def _safe_eq(a: Any, b: Any) -> bool:
         return False
 
 
-def _split(tree: Any) -> tuple[Structure, list[Any]]:
+def _split(tree: Any) -> tuple[Structure[Any], list[Any]]:
     """Walk ``tree`` once: its Structure and the value (Variable or bare) of each slot."""
     flat, treedef = jtu.tree_flatten_with_path(tree, is_leaf=_is_slot_leaf)
     leaves: list[Any] = []
     paths: list[Path] = []
-    types: list[type[Variable] | None] = []
+    types: list[type[Variable[Any]] | None] = []
     alias: list[int | None] = []
     values: list[Any] = []
     seen: dict[int, int] = {}
@@ -223,7 +243,9 @@ def _split(tree: Any) -> tuple[Structure, list[Any]]:
         leaves.append(_Hole(slot))
         paths.append(path_keys(keypath))
         values.append(leaf)
-    structure = Structure(treedef, tuple(leaves), tuple(paths), tuple(types), tuple(alias))
+    structure: Structure[Any] = Structure(
+        treedef, tuple(leaves), tuple(paths), tuple(types), tuple(alias)
+    )
     return structure, values
 
 
@@ -244,7 +266,17 @@ def _insert(state: State, path: Path, value: Any) -> None:
         )
 
 
-def partition(tree: Any, *filters: FilterLike) -> tuple[Any, ...]:
+@overload
+def partition(tree: M, /) -> tuple[Structure[M], State]: ...
+@overload
+def partition(tree: M, filter: FilterLike, /) -> tuple[Structure[M], State, State]: ...
+@overload
+def partition(
+    tree: M, filter1: FilterLike, filter2: FilterLike, /
+) -> tuple[Structure[M], State, State, State]: ...
+@overload
+def partition(tree: M, /, *filters: FilterLike) -> tuple[Structure[M], *tuple[State, ...]]: ...
+def partition(tree: M, /, *filters: FilterLike) -> tuple[Structure[M], *tuple[State, ...]]:
     """Split ``tree`` into its structure, one state per filter, and the rest.
 
     **Arguments:**
@@ -252,8 +284,14 @@ def partition(tree: Any, *filters: FilterLike) -> tuple[Any, ...]:
     - ``tree``: a Module or any PyTree.
     - ``*filters``: any filter forms (see ``pytreemod.to_filter``). A variable goes to the
       first filter that selects it; what none selects goes to the last state, ``rest``.
+      A collection name no Variable class declares (a typo such as ``"parms"``) is an
+      ``InvalidFilterError`` listing the tree's collections; a declared collection the
+      tree has no variable of selects nothing (an empty state), so generic code may pass
+      ``"batch_stats"`` for models with and without BatchNorm.
 
     **Returns:** ``(structure, state_1, ..., state_n, rest)``; ``combine`` inverts it.
+    The structure is a ``Structure[M]`` for a ``tree`` of type ``M``, so ``combine``
+    returns an ``M``.
 
     >>> import jax.numpy as jnp
     >>> import pytreemod as pm
@@ -264,6 +302,8 @@ def partition(tree: Any, *filters: FilterLike) -> tuple[Any, ...]:
     """
     structure, values = _split(tree)
     preds = [to_filter(f) for f in filters]
+    for pred in preds:
+        check_collections(pred, "partition", lambda: _collections(structure))
     states: list[State] = [{} for _ in range(len(preds) + 1)]
     for slot, value in enumerate(values):
         if structure.alias[slot] is not None:
@@ -278,7 +318,11 @@ def partition(tree: Any, *filters: FilterLike) -> tuple[Any, ...]:
     return (structure.with_specs(values), *states)
 
 
-def structure_of(tree: Any) -> Structure:
+def _collections(structure: Structure[Any]) -> set[str]:
+    return {structure.collection(slot) for slot in range(len(structure.paths))}
+
+
+def structure_of(tree: M) -> Structure[M]:
     """The ``Structure`` of ``tree`` (``partition(tree)[0]``)."""
     structure, values = _split(tree)
     return structure.with_specs(values)
@@ -286,7 +330,8 @@ def structure_of(tree: Any) -> Structure:
 
 def state(tree: Any, filter: FilterLike = True) -> State:
     """The state of the variables of ``tree`` that ``filter`` selects, as a nested dict."""
-    return partition(tree, filter)[1]
+    _, selected, _ = partition(tree, filter)
+    return selected
 
 
 _ABSENT = object()
@@ -313,7 +358,7 @@ def _unexpected(state: Any, prefix: Path, used: set[Path], out: list[Path]) -> N
         out.append(prefix)
 
 
-def _build(structure: Structure, values: Sequence[Any]) -> Any:
+def _build(structure: Structure[Any], values: Sequence[Any]) -> Any:
     built: list[Any] = []
     for slot, value in enumerate(values):
         first = structure.alias[slot]
@@ -326,8 +371,12 @@ def _build(structure: Structure, values: Sequence[Any]) -> Any:
     return jtu.tree_unflatten(structure.treedef, leaves)
 
 
-def combine(structure: Structure, *states: Mapping[Any, Any], check: bool = True) -> Any:
+def combine(structure: Structure[M], *states: StateLike, check: bool = True) -> M:
     """Rebuild the tree from ``structure`` and the states ``partition`` returned.
+
+    Returns the type of the tree the structure was taken from. A state may come straight
+    from optax (``optax.apply_updates(params, updates)``: typed ``optax.Params``, a dict
+    at run time); a state that is not a mapping is a ``StateMismatchError``.
 
     Every variable must be found in exactly one state, and every state entry must have a
     place in the structure; otherwise ``StateMismatchError`` names the paths. Each value
@@ -342,6 +391,12 @@ def combine(structure: Structure, *states: Mapping[Any, Any], check: bool = True
             f"combine expects the Structure returned by partition as its first argument, "
             f"got {type(structure).__name__}; call combine(structure, *states)."
         )
+    for i, s in enumerate(states):
+        if not isinstance(s, Mapping):
+            raise StateMismatchError(
+                f"combine: state {i + 1} is a {type(s).__name__}, not a mapping of paths to "
+                "values; pass the dicts partition returned (or optax's update of one)."
+            )
     specs = structure.specs
     values: list[Any] = []
     for slot, path in enumerate(structure.paths):
@@ -369,7 +424,7 @@ def combine(structure: Structure, *states: Mapping[Any, Any], check: bool = True
     return _build(structure, values)
 
 
-def _check_no_extra(structure: Structure, states: Sequence[Mapping[Any, Any]]) -> None:
+def _check_no_extra(structure: Structure[Any], states: Sequence[Any]) -> None:
     used = {p for p, a in zip(structure.paths, structure.alias) if a is None}
     extra: list[Path] = []
     for s in states:
@@ -402,8 +457,8 @@ def to_variables(tree: Any) -> dict[str, State]:
 
 
 def from_variables(
-    template: Any, variables: Mapping[str, Mapping[Any, Any]], *, check: bool = True
-) -> Any:
+    template: Structure[M] | M, variables: Mapping[str, Mapping[Any, Any]], *, check: bool = True
+) -> M:
     """Rebuild a tree shaped like ``template`` from a ``{collection: nested dict}``.
 
     ``template`` is a model of the same structure (an ``eval_shape`` skeleton will do;
@@ -413,7 +468,9 @@ def from_variables(
     that). Plain arrays for slots the template boxes (``Partitioned``...) get the
     template's box back.
     """
-    structure = template if isinstance(template, Structure) else structure_of(template)
+    structure: Structure[Any] = (
+        template if isinstance(template, Structure) else structure_of(template)
+    )
     specs = structure.specs
     values: list[Any] = []
     for slot, path in enumerate(structure.paths):

@@ -7,7 +7,7 @@ variables outside ``wrt`` (batch statistics, constants) are kept.
 """
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -113,6 +113,6 @@ class TrainState(Module, Generic[M]):
                 "Pass the gradient of pm.state(model, wrt), or of the whole model."
             ) from None
         updates, opt_state = self.tx.update(g, self.opt_state, params)
-        new_params = cast(State, optax.apply_updates(params, updates))
+        new_params = optax.apply_updates(params, updates)
         model = combine(structure, new_params, rest)
         return self.replace(model=model, opt_state=opt_state, step=self.step + 1, **changes)

@@ -17,18 +17,33 @@ value) and, where it adds or removes an axis of an axis-metadata box, calls the 
 import dataclasses
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, cast
+from typing import (
+    Any,
+    Concatenate,
+    Final,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
 import jax
 import jax.numpy as jnp
 
 from ._errors import TransformError
-from ._filters import Filter, FilterLike, to_filter
+from ._filters import Filter, FilterLike, check_collections, to_filter
 from ._meta import is_box
 from ._pack import Skeleton, pack, unpack
-from ._partition import partition
+from ._partition import State, partition
 from ._tree import Path, format_path, is_inexact_array
 from ._variables import Variable
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+A = TypeVar("A")
 
 
 class _CarryType:
@@ -48,7 +63,7 @@ class _CarryType:
         return "Carry"
 
 
-Carry = _CarryType()
+Carry: Final[_CarryType] = _CarryType()
 """Marks state carried from one ``scan`` iteration to the next."""
 
 
@@ -65,6 +80,8 @@ class StateAxes:
 
     def __init__(self, axes: Mapping[FilterLike, Any]):
         items = tuple((to_filter(f), a) for f, a in axes.items())
+        for f, _ in items:
+            check_collections(f, "StateAxes")
         for _, a in items:
             if not (a is None or a is Carry or isinstance(a, int)):
                 raise TransformError(
@@ -102,6 +119,30 @@ class DiffState:
 
     argnum: int
     filter: FilterLike = True
+
+
+_Argnums = int | DiffState | Sequence[int | DiffState]
+
+_R_co = TypeVar("_R_co", covariant=True)
+_A_co = TypeVar("_A_co", covariant=True)
+
+
+class _GradFn(Protocol[P]):
+    """``pm.grad(fun)``: the gradient has the type of the first argument."""
+
+    def __call__(self, x: T, /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+
+class _GradAuxFn(Protocol[P, _A_co]):
+    """``pm.grad(fun, has_aux=True)``: ``(gradient, aux)``."""
+
+    def __call__(self, x: T, /, *args: P.args, **kwargs: P.kwargs) -> tuple[T, _A_co]: ...
+
+
+class _ValueAndGradFn(Protocol[P, _R_co]):
+    """``pm.value_and_grad(fun)``: ``(fun's value, gradient of the first argument)``."""
+
+    def __call__(self, x: T, /, *args: P.args, **kwargs: P.kwargs) -> tuple[_R_co, T]: ...
 
 
 def _is_axis_leaf(spec: Any) -> bool:
@@ -218,13 +259,46 @@ def _add_axis(axis: int, params: Mapping[Any, Any]) -> Callable[[Any], Any]:
 # ----------------------------------------------------------------------------- grad
 
 
+# The overloads type the result after ``argnums``: the first argument's own type (argnums
+# 0, the default; bound when the wrapper is called, so ``pm.grad(lambda m: ...)(model)``
+# is typed like ``model``), a ``State`` (a ``DiffState``) or ``Any`` (anything else).
+@overload
+def value_and_grad(
+    fun: Callable[Concatenate[Any, P], R], *, argnums: Literal[0] = 0, has_aux: bool = False
+) -> "_ValueAndGradFn[P, R]": ...
+@overload
+def value_and_grad(
+    fun: Callable[P, R], *, argnums: DiffState, has_aux: bool = False
+) -> Callable[P, tuple[R, State]]: ...
+@overload
+def value_and_grad(
+    fun: Callable[P, R], *, argnums: _Argnums = 0, has_aux: bool = False
+) -> Callable[P, tuple[R, Any]]: ...
+# (The decorator forms below "overlap" the general one only in how pyright compares
+# generic callables; the first matching overload is the one that applies.)
+@overload
+def value_and_grad(  # pyright: ignore[reportOverlappingOverload]
+    fun: None = None, *, argnums: Literal[0] = 0, has_aux: bool = False
+) -> Callable[[Callable[Concatenate[Any, P], R]], "_ValueAndGradFn[P, R]"]: ...
+@overload
+def value_and_grad(
+    fun: None = None, *, argnums: DiffState, has_aux: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, tuple[R, State]]]: ...
+@overload
+def value_and_grad(
+    fun: None = None, *, argnums: _Argnums = 0, has_aux: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, tuple[R, Any]]]: ...
 def value_and_grad(
     fun: Callable[..., Any] | None = None,
     *,
-    argnums: int | DiffState | Sequence[int | DiffState] = 0,
+    argnums: _Argnums = 0,
     has_aux: bool = False,
 ) -> Any:
-    """``jax.value_and_grad`` over modules. See ``grad`` for ``argnums``."""
+    """``jax.value_and_grad`` over modules. See ``grad`` for ``argnums``.
+
+    Returns ``(value, grads)`` where ``value`` is what ``fun`` returns (``(loss, aux)``
+    with ``has_aux``); the types follow ``fun``'s as for ``grad``.
+    """
     if fun is None:
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux)
     single = not isinstance(argnums, (tuple, list))
@@ -240,6 +314,7 @@ def value_and_grad(
                 f"grad: argnums entries must be ints or DiffState(argnum, filter), got {s!r}."
             )
     fun_ = fun
+    checked: list[bool] = []
 
     @functools.wraps(fun)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -251,6 +326,11 @@ def value_and_grad(
                 )
         skel, arrays, slot_values = pack(args)
         value_of = dict(zip(skel.slots, slot_values))
+        if not checked:  # on the first call: Variable classes are all defined by then
+            for _, filt, as_state in norm:
+                if as_state:
+                    check_collections(filt, "grad: DiffState")
+            checked.append(True)
         chosen: list[tuple[int, int]] = []  # (array index, spec index)
         for i, slot in enumerate(skel.array_slots()):
             path = skel.path(slot)
@@ -294,10 +374,56 @@ def value_and_grad(
     return wrapper
 
 
+@overload
+def grad(
+    fun: Callable[Concatenate[Any, P], Any],
+    *,
+    argnums: Literal[0] = 0,
+    has_aux: Literal[False] = False,
+) -> "_GradFn[P]": ...
+@overload
+def grad(
+    fun: Callable[Concatenate[Any, P], tuple[Any, A]],
+    *,
+    argnums: Literal[0] = 0,
+    has_aux: Literal[True],
+) -> "_GradAuxFn[P, A]": ...
+@overload
+def grad(
+    fun: Callable[P, Any], *, argnums: DiffState, has_aux: Literal[False] = False
+) -> Callable[P, State]: ...
+@overload
+def grad(
+    fun: Callable[P, tuple[Any, A]], *, argnums: DiffState, has_aux: Literal[True]
+) -> Callable[P, tuple[State, A]]: ...
+@overload
+def grad(
+    fun: Callable[P, Any], *, argnums: _Argnums = 0, has_aux: bool = False
+) -> Callable[P, Any]: ...
+@overload
+def grad(  # pyright: ignore[reportOverlappingOverload]
+    fun: None = None, *, argnums: Literal[0] = 0, has_aux: Literal[False] = False
+) -> Callable[[Callable[Concatenate[Any, P], Any]], "_GradFn[P]"]: ...
+@overload
+def grad(
+    fun: None = None, *, argnums: Literal[0] = 0, has_aux: Literal[True]
+) -> Callable[[Callable[Concatenate[Any, P], tuple[Any, A]]], "_GradAuxFn[P, A]"]: ...
+@overload
+def grad(
+    fun: None = None, *, argnums: DiffState, has_aux: Literal[False] = False
+) -> Callable[[Callable[P, Any]], Callable[P, State]]: ...
+@overload
+def grad(
+    fun: None = None, *, argnums: DiffState, has_aux: Literal[True]
+) -> Callable[[Callable[P, tuple[Any, A]]], Callable[P, tuple[State, A]]]: ...
+@overload
+def grad(
+    fun: None = None, *, argnums: _Argnums = 0, has_aux: bool = False
+) -> Callable[[Callable[P, Any]], Callable[P, Any]]: ...
 def grad(
     fun: Callable[..., Any] | None = None,
     *,
-    argnums: int | DiffState | Sequence[int | DiffState] = 0,
+    argnums: _Argnums = 0,
     has_aux: bool = False,
 ) -> Any:
     """``jax.grad`` over modules.
@@ -315,6 +441,10 @@ def grad(
     (tied weights) gets one gradient, the sum over its uses. If the places are in
     different arguments, the variable belongs to the first argument that holds it: its
     whole gradient is reported there (and ``None`` at the later argument's place).
+
+    Typing: with the default ``argnums=0`` the gradient has the type of ``fun``'s first
+    parameter (``pm.grad(loss)(model, x)`` is typed like ``model``); with a ``DiffState``
+    it is a ``State``; the wrapper keeps ``fun``'s parameters.
     """
     if fun is None:
         return functools.partial(grad, argnums=argnums, has_aux=has_aux)
@@ -331,6 +461,28 @@ def grad(
 # ----------------------------------------------------------------------------- vmap
 
 
+@overload
+def vmap(
+    fun: Callable[P, R],
+    *,
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    axis_size: int | None = None,
+    axis_name: Hashable | None = None,
+    spmd_axis_name: Any = None,
+    metadata_params: Mapping[Any, Any] | None = None,
+) -> Callable[P, R]: ...
+@overload
+def vmap(
+    fun: None = None,
+    *,
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    axis_size: int | None = None,
+    axis_name: Hashable | None = None,
+    spmd_axis_name: Any = None,
+    metadata_params: Mapping[Any, Any] | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def vmap(
     fun: Callable[..., Any] | None = None,
     *,
@@ -355,6 +507,9 @@ def vmap(
 
     and ``metadata_params={pm.PARTITION_NAME: "ensemble"}`` names the new axis in the
     models' ``Partitioned`` boxes.
+
+    Typing: the mapped function has ``fun``'s parameters and return type (a batch of
+    modules is typed as the module; arrays gain an axis the types do not show).
     """
     if fun is None:
         return functools.partial(
@@ -464,6 +619,28 @@ def _take_carry(out: Any, spec: Any, found: list[Any]) -> Any:
     return out
 
 
+@overload
+def scan(
+    fun: Callable[P, R],
+    *,
+    in_axes: Any = (Carry, 0),
+    out_axes: Any = (Carry, 0),
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int | bool = 1,
+    metadata_params: Mapping[Any, Any] | None = None,
+) -> Callable[P, R]: ...
+@overload
+def scan(
+    fun: None = None,
+    *,
+    in_axes: Any = (Carry, 0),
+    out_axes: Any = (Carry, 0),
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int | bool = 1,
+    metadata_params: Mapping[Any, Any] | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def scan(
     fun: Callable[..., Any] | None = None,
     *,
@@ -499,6 +676,9 @@ def scan(
 
     Boxes in scanned state get ``remove_axis(axis, metadata_params)`` inside and scanned
     outputs ``add_axis(axis, metadata_params)``.
+
+    Typing: the scanned function has ``fun``'s parameters and return type (stacked
+    outputs gain an axis the types do not show). Arguments are positional only.
     """
     if fun is None:
         return functools.partial(
@@ -669,6 +849,20 @@ def _split_new_carry(
 # ----------------------------------------------------------------------------- the rest
 
 
+@overload
+def remat(
+    fun: Callable[P, R],
+    *,
+    policy: Callable[..., bool] | None = None,
+    prevent_cse: bool = True,
+) -> Callable[P, R]: ...
+@overload
+def remat(
+    fun: None = None,
+    *,
+    policy: Callable[..., bool] | None = None,
+    prevent_cse: bool = True,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def remat(
     fun: Callable[..., Any] | None = None,
     *,
@@ -733,25 +927,21 @@ def _same_outputs(name: str, outs: list[tuple[int, Skeleton]]) -> Skeleton:
     return outs[0][1]
 
 
-def cond(
-    pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any
-) -> Any:
+def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *operands: Any) -> R:
     """``jax.lax.cond`` over modules: both branches must return the same structure."""
     fns, arrays, outs = _branches("cond", [true_fun, false_fun], operands)
     out = jax.lax.cond(pred, fns[0], fns[1], arrays)
     return unpack(_same_outputs("cond", outs), out)
 
 
-def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -> Any:
+def switch(index: Any, branches: Sequence[Callable[..., R]], *operands: Any) -> R:
     """``jax.lax.switch`` over modules: every branch must return the same structure."""
     fns, arrays, outs = _branches("switch", list(branches), operands)
     out = jax.lax.switch(index, fns, arrays)
     return unpack(_same_outputs("switch", outs), out)
 
 
-def while_loop(
-    cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any
-) -> Any:
+def while_loop(cond_fun: Callable[[T], Any], body_fun: Callable[[T], T], init_val: T) -> T:
     """``jax.lax.while_loop`` over modules; the loop state keeps its structure."""
     skel, arrays, _ = pack(init_val)
 
@@ -771,9 +961,12 @@ def while_loop(
     return unpack(skel, jax.lax.while_loop(c, b, arrays))
 
 
-def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def eval_shape(fun: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     """``jax.eval_shape`` over modules: arrays in the output become ``ShapeDtypeStruct``s,
-    everything else is returned as is. Useful to build a model without allocating it."""
+    everything else is returned as is. Useful to build a model without allocating it.
+
+    Typed as ``fun``'s return type (a model skeleton is typed as the model), though its
+    arrays are ``ShapeDtypeStruct``s."""
     skel, arrays, _ = pack((args, kwargs))
     cell: dict[str, Skeleton] = {}
 

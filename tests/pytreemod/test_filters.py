@@ -5,6 +5,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import pytreemod as pm
@@ -259,3 +260,47 @@ def test_filters_select_inside_partition() -> None:
     _, sel, rest = pm.partition(tree, ~pm.to_filter(pm.BatchStat) & pm.PathContains("w"))
     assert set(sel) == {"w"}
     assert set(rest) == {"mean", "x"}
+
+
+# ----------------------------------------------------------------------------- unknown names
+
+
+def test_collection_typo_is_reported_where_state_is_selected(tmp_path: Any) -> None:
+    tree = {"w": P, "mean": B}
+    msg = (
+        r"partition: no variable has collection 'parms' \(a typo\?\)\. The tree's collections "
+        r"are 'batch_stats', 'params'; the declared collections are '\w+'"
+    )
+    with pytest.raises(pm.InvalidFilterError, match=msg):
+        pm.partition(tree, "parms")
+    with pytest.raises(pm.InvalidFilterError, match=r"collection 'parms'"):
+        pm.state(tree, ~pm.Collection("parms"))  # nested inside Not/Any/All too
+    with pytest.raises(pm.InvalidFilterError, match=r"collection 'batch_stat'"):
+        pm.partition(tree, ["params", "batch_stat"])
+    with pytest.raises(pm.InvalidFilterError, match=r"collection 'parms'"):
+        pm.TrainState.create(tree, optax.sgd(0.1), wrt="parms")
+    with pytest.raises(pm.InvalidFilterError, match=r"grad: DiffState: .*'parms'"):
+        pm.grad(lambda t: jnp.sum(t["w"].value), argnums=pm.DiffState(0, "parms"))(tree)
+    with pytest.raises(pm.InvalidFilterError, match=r"StateAxes: .*'parms'"):
+        pm.StateAxes({"parms": 0, ...: None})
+    with pytest.raises(pm.InvalidFilterError, match=r"jit: DonateState: .*'parms'"):
+        pm.jit(lambda t: t, donate_argnums=(pm.DonateState(0, "parms"),))(tree)
+    path = tmp_path / "m.safetensors"
+    pm.save(path, tree)
+    with pytest.raises(
+        pm.InvalidFilterError, match=r"load\(filter=\.\.\.\): no variable has collection 'parms'"
+    ):
+        pm.load(path, tree, filter="parms")
+
+
+def test_declared_collection_the_tree_lacks_selects_nothing() -> None:
+    # Generic code passes "batch_stats" for models with and without BatchNorm.
+    _, stats, cache, rest = pm.partition({"w": P}, "batch_stats", "cache")
+    assert stats == {} and cache == {} and set(rest) == {"w"}
+    assert pm.state({"w": P}, LoRAParam) == {}
+    assert pm.state({"w": P}, "lora_params") == {}  # declared by LoRAParam (this file)
+
+    class Late(pm.Variable[jax.Array], collection="late_collection"):
+        pass
+
+    assert pm.state({"late": Late(jnp.ones(1))}, "late_collection")["late"].shape == (1,)

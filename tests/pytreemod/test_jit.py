@@ -780,7 +780,7 @@ def test_compiled_tests_cache_is_bounded(
     from pytreemod import _jit
 
     monkeypatch.setattr(_jit, "_FACTORIES_MAX", 8)
-    f = pm.jit(lambda m, batch: m(batch[0]))
+    f = pm.jit(lambda m, batch: m(batch[0]), warn_retraces=None)  # retraces on purpose
     m = Linear(2, 3, key=getkey())
     sizes = []
     for i in range(12):  # a longer tuple, so a new test, each call
@@ -788,3 +788,80 @@ def test_compiled_tests_cache_is_bounded(
         np.testing.assert_allclose(f(m, batch), m(_x()), rtol=1e-6)
         sizes.append(len(_jit._FACTORIES))
     assert max(sizes) <= 8 and sizes[-1] < sizes[-5]  # full, cleared, filling again
+
+
+# ----------------------------------------------------------------------------- retraces
+
+
+def test_python_int_counter_warns_once_naming_the_argument() -> None:
+    @pm.jit
+    def step(x: jax.Array, i: int) -> jax.Array:
+        return x * i
+
+    x = _x()
+    for i in range(9):  # nine traces: no warning yet
+        step(x, i)
+    with pytest.warns(
+        pm.RetraceWarning,
+        match=r"`step` has been traced and compiled 10 times: `i` \(argument 1\) is a Python "
+        r"int \(a compile-time constant\) that took 10 values \(0, 1, 2, 3, \.\.\.\)\. Pass "
+        r"it as an array",
+    ):
+        step(x, 9)
+    step(x, 10)  # once only (pytest turns a second warning into an error)
+
+
+def test_changing_shapes_warn_with_the_shapes() -> None:
+    f = pm.jit(lambda m, x: jax.vmap(m)(x).sum(), warn_retraces=3)
+    m = Linear(2, 3, key=jax.random.key(0))
+    f(m, jnp.ones((1, 2)))
+    f(m, jnp.ones((2, 2)))
+    with pytest.warns(
+        pm.RetraceWarning,
+        match=r"`x` \(argument 1\) had 3 shapes/dtypes \(float32\[1, 2\], float32\[2, 2\], "
+        r"float32\[3, 2\]\)\. Every new shape or dtype compiles a new version",
+    ):
+        f(m, jnp.ones((3, 2)))
+
+
+def test_changing_static_field_and_keyword_argument_are_named() -> None:
+    class Scaled(pm.Module):
+        w: pm.Param[jax.Array]
+        k: int = pm.field(static=True)
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return self.w.value * self.k * x
+
+    m = Scaled(pm.Param(jnp.ones(2)), 1)
+    f = pm.jit(lambda m, x: m(x), warn_retraces=2)
+    f(m, _x())
+    with pytest.warns(
+        pm.RetraceWarning, match=r"the tree structure or static fields of `m` \(argument 0\)"
+    ):
+        f(m.replace(k=2), _x())
+    g = pm.jit(lambda x, *, scale: x * scale, warn_retraces=2)
+    g(_x(), scale=1.0)
+    with pytest.warns(pm.RetraceWarning, match=r"keyword argument `scale` is a Python float"):
+        g(_x(), scale=2.0)
+
+
+def test_arrays_and_few_values_do_not_warn() -> None:
+    step = pm.jit(lambda x, i: x * i)
+    for i in range(30):  # an array counter: one trace
+        step(_x(), jnp.asarray(i))
+    flag = pm.jit(lambda x, training: x * 2 if training else x)
+    for i in range(30):  # a static value that takes two values: two traces
+        flag(_x(), i % 2 == 0)
+    quiet = pm.jit(lambda x, i: x * i, warn_retraces=None)
+    for i in range(12):
+        quiet(_x(), i)
+    with pytest.raises(pm.TransformError, match=r"warn_retraces must be None or an int >= 2"):
+        pm.jit(lambda x: x, warn_retraces=1)
+
+
+def test_clear_cache_restarts_the_count() -> None:
+    f = pm.jit(lambda x, i: x * i, warn_retraces=3)
+    f(_x(), 0)
+    f(_x(), 1)
+    f.clear_cache()  # type: ignore[attr-defined]
+    f(_x(), 2)  # the first trace of the new count: no warning

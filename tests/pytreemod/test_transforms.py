@@ -397,7 +397,8 @@ def test_while_loop_body_changing_structure_rejected() -> None:
     with pytest.raises(pm.TransformError, match=r"while_loop: body_fun returned .* differs"):
         pm.while_loop(lambda t: False, lambda t: Tied(t.a, pm.BatchStat(t.b.value)), t)
     with pytest.raises(pm.TransformError, match=r"while_loop: body_fun"):
-        pm.while_loop(lambda t: False, lambda t: (t, t.a.value), t)
+        bad_body: Any = lambda t: (t, t.a.value)  # returns a tuple: a type error on purpose
+        pm.while_loop(lambda t: False, bad_body, t)
     with pytest.raises(pm.TransformError, match=r"while_loop: body_fun"):
         # Tying two variables that were separate is a structure change too.
         pm.while_loop(lambda t: False, lambda t: Tied(t.a, t.a), t)
