@@ -236,3 +236,77 @@ def test_error_if_needs_an_array_to_attach_the_check_to() -> None:
     with pytest.raises(ValueError, match=r"error_if needs an array in `x`"):
         jax.jit(lambda p: error_if(None, p, "never"))(jnp.array(True))
     assert error_if((), False, "a concrete false predicate needs no array") == ()
+
+
+# ---------------------------------------------------------------- functional
+
+
+F = nn.functional
+IMG = jnp.ones((1, 5, 5, 3))
+FUNCTIONAL: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
+    ("linear", lambda: F.linear(X3, jnp.ones((4, 5))), pm.ShapeError, r"'in_features' does"),
+    ("linear-bias", lambda: F.linear(X3, jnp.ones((3, 5)), jnp.ones(4)), pm.ShapeError, r"out_f"),
+    ("conv-rank", lambda: F.conv(jnp.ones(3), KERNEL), pm.ShapeError, r"needs at least 3"),
+    ("conv-channels", lambda: F.conv(IMG[..., :2], KERNEL), pm.ShapeError, r"has 2 channels"),
+    ("conv-padding", lambda: F.conv(IMG, KERNEL, padding="FOO"), pm.LayerConfigError, r"FOO"),
+    ("conv-strides", lambda: F.conv(IMG, KERNEL, strides=0), pm.LayerConfigError, r"strides=0"),
+    (
+        "conv-dilation",
+        lambda: F.conv(IMG, KERNEL, kernel_dilation=(1, -2)),
+        pm.LayerConfigError,
+        r"kernel_dilation=\(1, -2\) must be a positive int or hold positive ints",
+    ),
+    ("pool-window", lambda: F.max_pool(IMG, (0, 2)), pm.LayerConfigError, r"\(0, 2\) must hold"),
+    (
+        "pool-strides",
+        lambda: F.min_pool(IMG, (2, 2), strides=(0, 1)),
+        pm.LayerConfigError,
+        r"min_pool: strides \(0, 1\) must hold positive ints",
+    ),
+    (
+        "pool-padding",
+        lambda: F.avg_pool(IMG, (2, 2), padding="FOO"),
+        pm.LayerConfigError,
+        r"avg_pool: padding 'FOO' must be 'SAME', 'VALID', 'SAME_LOWER' or 2",
+    ),
+    ("dropout-rate", lambda: F.dropout(X3, 1.5, KEY), pm.LayerConfigError, r"rate=1\.5 is not"),
+    ("dropout-key", lambda: F.dropout(X3, 0.5, None), pm.LayerConfigError, r"needs a PRNG key"),
+    (
+        "layer-norm",
+        lambda: F.layer_norm(X3, jnp.ones(5), None),
+        pm.ShapeError,
+        r"scale is f32\[5\] but x f32\[2, 3\] has \(3,\)",
+    ),
+    (
+        "attention-heads",
+        lambda: F.dot_product_attention(QKV, QKV[..., :3, :], QKV[..., :3, :]),
+        pm.ShapeError,
+        r"dimension 'heads' does not agree",
+    ),
+    (
+        "attention-dim",
+        lambda: F.dot_product_attention(QKV, QKV[..., :7], QKV),
+        pm.ShapeError,
+        r"dimension 'head_dim' does not agree",
+    ),
+    ("embed-float", lambda: F.embed(jnp.ones(2), jnp.ones((5, 4))), pm.ShapeError, r"Integer"),
+    (
+        "causal-mask-scalar",
+        lambda: F.make_causal_mask(jnp.ones(())),
+        pm.ShapeError,
+        r"x f32\[\] has no axes; pass a \(\*batch, len\) input",
+    ),
+]
+X3 = jnp.ones((2, 3))
+KERNEL = jnp.ones((3, 3, 3, 4))
+QKV = jnp.ones((2, 5, 4, 8))
+
+
+@pytest.mark.parametrize(
+    ("call", "cls", "match"), [c[1:] for c in FUNCTIONAL], ids=[c[0] for c in FUNCTIONAL]
+)
+def test_bad_input_to_a_functional_op_is_a_library_error(
+    call: Callable[[], Any], cls: type[Exception], match: str
+) -> None:
+    with pytest.raises(cls, match=match):
+        call()

@@ -167,13 +167,9 @@ class Conv(Module, typecheck=True):
             )
         # Check every setting before spending time on initialisation.
         F.canonicalize_padding(padding, n)
-        self.strides = positive_ints("Conv", "strides", as_tuple(strides, n, "strides"))
-        self.input_dilation = positive_ints(
-            "Conv", "input_dilation", as_tuple(input_dilation, n, "input_dilation")
-        )
-        self.kernel_dilation = positive_ints(
-            "Conv", "kernel_dilation", as_tuple(kernel_dilation, n, "kernel_dilation")
-        )
+        self.strides = as_tuple(strides, n, "strides", "Conv")
+        self.input_dilation = as_tuple(input_dilation, n, "input_dilation", "Conv")
+        self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation", "Conv")
         kkey, bkey = jax.random.split(key)
         shape = (*size, in_features // feature_group_count, out_features)
         self.kernel = Param(kernel_init(kkey, shape, param_dtype))
@@ -329,10 +325,8 @@ class ConvTranspose(Module, typecheck=True):
         size = _kernel_size(kernel_size, num_spatial_dims, "ConvTranspose")
         n = len(size)
         F.canonicalize_padding(padding, n)
-        self.strides = positive_ints("ConvTranspose", "strides", as_tuple(strides, n, "strides"))
-        self.kernel_dilation = positive_ints(
-            "ConvTranspose", "kernel_dilation", as_tuple(kernel_dilation, n, "kernel_dilation")
-        )
+        self.strides = as_tuple(strides, n, "strides", "ConvTranspose")
+        self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation", "ConvTranspose")
         kkey, bkey = jax.random.split(key)
         io = (out_features, in_features) if transpose_kernel else (in_features, out_features)
         self.kernel = Param(kernel_init(kkey, (*size, *io), param_dtype))

@@ -16,7 +16,7 @@ from jax import lax
 from jaxtyping import Float, Inexact, Integer, Shaped
 
 from .._errors import LayerConfigError
-from .._shapecheck import AnyArray, checked
+from .._shapecheck import AnyArray, checked, fail, summary
 from ._checks import error_if
 from ._ops_common import promote_dtype
 from ._ops_dropout import check_rate
@@ -284,6 +284,8 @@ def make_causal_mask(x: AnyArray, extra_batch_dims: int = 0, dtype: Any = bool) 
     >>> make_causal_mask(jnp.ones((1, 3)))[0, 0].astype(int).tolist()
     [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     """
+    if jnp.ndim(x) < 1:
+        fail("make_causal_mask", f"x {summary(x)} has no axes; pass a (*batch, len) input")
     idx = jnp.broadcast_to(jnp.arange(x.shape[-1], dtype=jnp.int32), x.shape)
     return make_attention_mask(idx, idx, jnp.greater_equal, extra_batch_dims, dtype)
 

@@ -5,6 +5,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._meta import AxisMetadata
 
@@ -54,18 +55,25 @@ def _bad_axis(axis: int, ndim: int) -> int:
     raise LayerConfigError(f"axis {axis} is out of range for an input with {ndim} axes.")
 
 
-def as_tuple(value: int | Sequence[int] | None, n: int, name: str) -> tuple[int, ...]:
-    """Broadcast an int (or ``None`` meaning 1) to ``n`` entries; check a sequence's length."""
+def as_tuple(
+    value: int | Sequence[int] | None, n: int, name: str, owner: str = ""
+) -> tuple[int, ...]:
+    """Broadcast an int (or ``None`` meaning 1) to ``n`` entries; check a sequence's length
+    and that every entry is a positive int (strides and dilations)."""
     from .._errors import LayerConfigError
 
     if value is None:
         return (1,) * n
-    if isinstance(value, int):
-        return (value,) * n
-    out = tuple(int(v) for v in value)
+    values = (value,) * n if isinstance(value, (int, np.integer)) else tuple(value)
+    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in values):
+        raise LayerConfigError(
+            f"{owner + ': ' if owner else ''}{name}={value!r} must be a positive int or hold "
+            "positive ints."
+        )
+    out = tuple(int(v) for v in values)
     if len(out) != n:
         raise LayerConfigError(
-            f"{name}={tuple(value)!r} has {len(out)} entries but the convolution has {n} "
+            f"{owner + ': ' if owner else ''}{name}={out!r} has {len(out)} entries but the convolution has {n} "
             "spatial dimensions; give one int per spatial dimension (or a single int)."
         )
     return out

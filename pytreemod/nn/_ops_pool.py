@@ -28,8 +28,10 @@ def pool(
     """Reduce each window of ``x`` (``(*batch, *window_dims, features)``) with ``reduce_fn``
     starting from ``init``. ``padding`` is ``"SAME"``, ``"VALID"`` or one ``(low, high)``
     pair per window dimension."""
-    window = tuple(int(w) for w in window_shape)
+    window = tuple(window_shape)
     n = len(window)
+    if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1 for w in window):
+        raise LayerConfigError(f"{op}: window_shape {window} must hold positive ints.")
     if x.ndim < n + 1:
         fail(
             op,
@@ -37,6 +39,8 @@ def pool(
             f"{n + 1} (*batch, {n} window axes, features)",
         )
     strides_ = tuple(strides) if strides is not None else (1,) * n
+    if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in strides_):
+        raise LayerConfigError(f"{op}: strides {strides_} must hold positive ints.")
     if len(strides_) != n:
         raise LayerConfigError(
             f"{op}: strides {strides_} and window_shape {window} have different lengths."
@@ -44,6 +48,11 @@ def pool(
     num_batch = x.ndim - n - 1
     dims = (1,) * num_batch + window + (1,)
     steps = (1,) * num_batch + strides_ + (1,)
+    if isinstance(padding, str) and padding.upper() not in ("SAME", "VALID", "SAME_LOWER"):
+        raise LayerConfigError(
+            f"{op}: padding {padding!r} must be 'SAME', 'VALID', 'SAME_LOWER' or {n} "
+            "(low, high) pairs."
+        )
     if not isinstance(padding, str):
         pads = tuple(tuple(p) for p in padding)
         if len(pads) != n or any(len(p) != 2 for p in pads):

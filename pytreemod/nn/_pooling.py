@@ -16,10 +16,10 @@ def _padding(
     name: str, padding: str | Sequence[tuple[int, int]], n: int
 ) -> str | tuple[tuple[int, int], ...]:
     if isinstance(padding, str):
-        if padding.upper() not in ("SAME", "VALID"):
+        if padding.upper() not in ("SAME", "VALID", "SAME_LOWER"):
             raise LayerConfigError(
-                f"{name}: padding={padding!r} is not 'SAME' or 'VALID' (or one (low, high) "
-                "pair per window axis)."
+                f"{name}: padding={padding!r} is not 'SAME', 'VALID' or 'SAME_LOWER' (or one "
+                "(low, high) pair per window axis)."
             )
         return padding
     try:
