@@ -17,17 +17,27 @@ return the updated module from it (that is how the update leaves the transform).
 """
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 import jax.tree_util as jtu
 
-from ._filters import FilterLike, to_filter
+from ._filters import FilterLike, check_collections, to_filter
 from ._module import Module
-from ._partition import _Hole, _split
+from ._partition import _collections, _Hole, _split
 from ._tree import Path
 from ._variables import Variable, WriteRecorder, recorders
 
 T = TypeVar("T")
+M = TypeVar("M")
+_T_co = TypeVar("_T_co", covariant=True)
+_M_co = TypeVar("_M_co", covariant=True)
+
+
+class _CallableModule(Protocol[_T_co, _M_co]):
+    """A Module whose ``__call__`` returns ``_T_co`` (``replace`` gives its own type)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _T_co: ...
+    def replace(self, **changes: Any) -> _M_co: ...
 
 
 _IN_TRANSFORM = (
@@ -55,7 +65,9 @@ def _recorder(fn: Any, model: Any, mutable: FilterLike) -> WriteRecorder:
         if isinstance(value, Variable) and id(value) not in paths:
             paths[id(value)] = (structure.paths[slot], value)
     elsewhere = _IN_TRANSFORM if isinstance(model, Module) else _not_a_module(fn)
-    return WriteRecorder(paths, to_filter(mutable), elsewhere)
+    selected = to_filter(mutable)
+    check_collections(selected, "apply(mutable=...)", lambda: _collections(structure))
+    return WriteRecorder(paths, selected, elsewhere)
 
 
 def is_mutable(variable: Variable[Any]) -> bool:
@@ -84,6 +96,14 @@ def is_mutable(variable: Variable[Any]) -> bool:
     return entry is not None and bool(active[-1].mutable(entry[0], entry[1]))
 
 
+@overload
+def apply(
+    fn: _CallableModule[T, M], *args: Any, mutable: FilterLike = False, **kwargs: Any
+) -> tuple[T, M]: ...
+@overload
+def apply(
+    fn: Callable[..., T], *args: Any, mutable: FilterLike = False, **kwargs: Any
+) -> tuple[T, Any]: ...
 def apply(
     fn: Callable[..., T],
     *args: Any,
@@ -98,10 +118,13 @@ def apply(
       (``model.encode``); the module is what gets updated.
     - ``*args``, ``**kwargs``: passed to the call.
     - ``mutable``: a filter of the collections the call may write (``"batch_stats"``,
-      ``["batch_stats", "cache"]``, ``True`` for all); default nothing.
+      ``["batch_stats", "cache"]``, ``True`` for all); default nothing. A collection
+      name no Variable class declares (a typo such as ``"batch_stat"``) is an
+      ``InvalidFilterError``; a declared one the module lacks is allowed (nothing to write).
 
     **Returns:** the call's output and the module with every written variable replaced
-    (the input module is unchanged).
+    (the input module is unchanged). Typed ``tuple[output of __call__, type(fn)]`` for a
+    module; for a bound method the module is typed ``Any``.
 
     >>> import jax.numpy as jnp
     >>> import pytreemod as pm

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 M = TypeVar("M")
 _S = TypeVar("_S", bound="TrainState[Any]")
+_M2 = TypeVar("_M2")
 
 
 def _is_box(x: Any) -> bool:
@@ -80,11 +81,16 @@ class TrainState(Module, Generic[M]):
 
     @classmethod
     def create(
-        cls: type[_S], model: M, tx: "optax.GradientTransformation", *, wrt: FilterLike = "params"
-    ) -> _S:
-        """A state at step 0 with ``opt_state = tx.init(pm.state(model, wrt))``."""
+        cls, model: _M2, tx: "optax.GradientTransformation", *, wrt: FilterLike = "params"
+    ) -> "TrainState[_M2]":
+        """A state at step 0 with ``opt_state = tx.init(pm.state(model, wrt))``.
+
+        Called on a subclass it returns that subclass (typed ``TrainState[type(model)]``:
+        narrow with ``isinstance`` to reach the subclass's fields).
+        """
         opt_state = tx.init(state(model, wrt))
-        return cls(model=model, opt_state=opt_state, step=jnp.zeros((), jnp.int32), tx=tx, wrt=wrt)
+        make: Any = cls  # cls is TrainState[M] for the class's M, not the model's type
+        return make(model=model, opt_state=opt_state, step=jnp.zeros((), jnp.int32), tx=tx, wrt=wrt)
 
     def params(self) -> State:
         """The trained state: ``pm.state(self.model, self.wrt)``."""

@@ -25,6 +25,7 @@ from typing import (
     ParamSpec,
     Protocol,
     TypeVar,
+    TypeVarTuple,
     cast,
     overload,
 )
@@ -44,6 +45,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 A = TypeVar("A")
+Ts = TypeVarTuple("Ts")
 
 
 class _CarryType:
@@ -927,14 +929,16 @@ def _same_outputs(name: str, outs: list[tuple[int, Skeleton]]) -> Skeleton:
     return outs[0][1]
 
 
-def cond(pred: Any, true_fun: Callable[..., R], false_fun: Callable[..., R], *operands: Any) -> R:
+def cond(
+    pred: Any, true_fun: Callable[[*Ts], R], false_fun: Callable[[*Ts], R], *operands: *Ts
+) -> R:
     """``jax.lax.cond`` over modules: both branches must return the same structure."""
     fns, arrays, outs = _branches("cond", [true_fun, false_fun], operands)
     out = jax.lax.cond(pred, fns[0], fns[1], arrays)
     return unpack(_same_outputs("cond", outs), out)
 
 
-def switch(index: Any, branches: Sequence[Callable[..., R]], *operands: Any) -> R:
+def switch(index: Any, branches: Sequence[Callable[[*Ts], R]], *operands: *Ts) -> R:
     """``jax.lax.switch`` over modules: every branch must return the same structure."""
     fns, arrays, outs = _branches("switch", list(branches), operands)
     out = jax.lax.switch(index, fns, arrays)

@@ -285,6 +285,15 @@ def test_collection_typo_is_reported_where_state_is_selected(tmp_path: Any) -> N
         pm.StateAxes({"parms": 0, ...: None})
     with pytest.raises(pm.InvalidFilterError, match=r"jit: DonateState: .*'parms'"):
         pm.jit(lambda t: t, donate_argnums=(pm.DonateState(0, "parms"),))(tree)
+    model = pm.nn.BatchNorm(2, key=jax.random.key(0))
+    with pytest.raises(
+        pm.InvalidFilterError,
+        match=r"apply\(mutable=\.\.\.\): no variable has collection 'batch_stat' .*The tree's "
+        r"collections are 'batch_stats', 'params'",
+    ):
+        pm.apply(model, jnp.ones((3, 2)), mutable="batch_stat")
+    out, _ = pm.apply(model, jnp.ones((3, 2)), mutable=["batch_stats", "intermediates"])
+    assert out.shape == (3, 2)  # a declared collection the model lacks is fine
     path = tmp_path / "m.safetensors"
     pm.save(path, tree)
     with pytest.raises(
