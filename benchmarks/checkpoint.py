@@ -6,7 +6,8 @@ the latter.
 Every contestant starts from the same model of ``jax.Array``\\ s and ends with ``jax.Array``\\ s
 again (raw and msgpack loads are followed by ``jnp.asarray`` of every array, as a program
 would do), writing to and reading from the same folder. Rounds are interleaved and the
-median of each is reported; loads read files the preceding save left in the page cache.
+median of each is reported; loads read files the preceding save left in the page cache
+(``os.sync()``, untimed, before every save and load keeps write-back out of the timings).
 
 Run: ``python -m benchmarks.checkpoint [--rounds N] [--layers L]`` (prints Markdown).
 """
@@ -138,14 +139,17 @@ def measure(model: Stack, rounds: int) -> dict[str, tuple[list[float], list[floa
             for name, (save, load) in order:
                 for file in os.listdir(folder):  # every save writes a new file (untimed)
                     os.unlink(os.path.join(folder, file))
+                os.sync()  # untimed: no earlier write is still going to the disk
                 start = time.perf_counter()
                 save()
                 saved = time.perf_counter()
+                os.sync()  # untimed: the load does not compete with this save's writeback
+                begin = time.perf_counter()
                 load()
                 loaded = time.perf_counter()
                 if round_:  # the first round warms up (imports, compiled helpers)
                     times[name][0].append(saved - start)
-                    times[name][1].append(loaded - saved)
+                    times[name][1].append(loaded - begin)
     return times
 
 
@@ -187,7 +191,8 @@ def main() -> None:
     print(
         f"{args.layers} arrays of {WIDTH}x{WIDTH} and {args.layers} of {WIDTH}; median of "
         f"{args.rounds} interleaved rounds (after one warm-up round), each a save then a "
-        "load of the same file, into a folder emptied (untimed) before each save. Loads end "
+        "load of the same file, into a folder emptied before each save; `os.sync()` (untimed) "
+        "before each save and each load, so no write-back of another file competes. Loads end "
         "with `jax.Array`s (raw and msgpack: `jnp.asarray` "
         "of every array). `pm.save` writes a temporary file, `fsync`s it and renames it into "
         "place (an atomic, durable write); the raw write with `os.fsync` is the same amount "
