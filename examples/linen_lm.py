@@ -401,11 +401,12 @@ def train(
 
 def save_checkpoint(path: str, params: Any, opt_state: Any) -> None:
     """Write the sharded training state with Orbax (every process writes its shards;
-    call it in all of them)."""
+    call it in all of them). An existing checkpoint at ``path`` is replaced."""
     import orbax.checkpoint as ocp
 
     checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(os.path.abspath(path), {"params": params, "opt_state": opt_state})
+    state = {"params": params, "opt_state": opt_state}
+    checkpointer.save(os.path.abspath(path), state, force=True)
     checkpointer.wait_until_finished()
 
 
