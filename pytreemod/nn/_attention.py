@@ -218,7 +218,8 @@ class MultiHeadAttention(Module, typecheck=True):
     ``y, layer = pm.apply(layer.decode, x_step, mutable="cache")``. Decoding past
     ``max_len`` is an error, never a silent overwrite: eagerly a ``LayerConfigError``;
     under ``jit``/``scan`` the compiled call fails (a ``JaxRuntimeError``) with the same
-    "The decoding cache is full" message.
+    "The decoding cache is full" message (in a program sharded over several devices,
+    XLA ends the process after printing it; see ``pytreemod.nn._checks``).
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm

@@ -11,7 +11,6 @@ from .._module import Module, field
 from .._shapecheck import AnyArray, checked
 from .._variables import Param
 from . import _ops_linear as F
-from ._checks import error_if
 from ._init import Initializer, default_embed_init
 from ._ops_common import var_value
 from ._validate import layer_args
@@ -35,8 +34,9 @@ class Embedding(Module, typecheck=True):
     ``attend(x)`` computes ``x @ embedding.T``: output logits that share the table (tied
     input and output embeddings).
 
-    Ids outside ``[0, num_embeddings)`` are a ``LayerConfigError`` (under ``jit`` the
-    compiled call fails with the same message), not NaN rows or a silent wrap-around.
+    Ids outside ``[0, num_embeddings)`` are a ``LayerConfigError`` in an eager call;
+    under ``jit`` (no host check there) they give NaN rows, negative ids included:
+    never a silent wrap-around to the end of the table.
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -82,16 +82,19 @@ class Embedding(Module, typecheck=True):
         """Look up the vectors of integer ``ids``: output ``(*ids.shape, features)``."""
         n = self.num_embeddings
         if ids.size:
-            lo, hi = jnp.min(ids), jnp.max(ids)
-            ids = error_if(
-                ids,
-                (lo < 0) | (hi >= n),
-                f"Embedding: ids must be in [0, num_embeddings={n}) but range over "
-                "[{lo}, {hi}]; check the tokenizer's vocabulary size against num_embeddings.",
-                LayerConfigError,
-                lo=lo,
-                hi=hi,
-            )
+            try:
+                lo, hi = int(jnp.min(ids)), int(jnp.max(ids))
+            except jax.errors.ConcretizationTypeError:
+                # Traced: no host check (it would cost a callback and collectives on
+                # sharded ids). Negative ids give NaN rows like ids >= n, never a wrap.
+                ids = jnp.where(ids < 0, n, ids)
+            else:
+                if lo < 0 or hi >= n:
+                    raise LayerConfigError(
+                        f"Embedding: ids must be in [0, num_embeddings={n}) but range over "
+                        f"[{lo}, {hi}]; check the tokenizer's vocabulary size against "
+                        "num_embeddings."
+                    )
         return F.embed(ids, var_value(self.embedding), dtype=self.dtype)
 
     @checked

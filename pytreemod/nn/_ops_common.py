@@ -73,8 +73,9 @@ def as_tuple(
     out = tuple(int(v) for v in values)
     if len(out) != n:
         raise LayerConfigError(
-            f"{owner + ': ' if owner else ''}{name}={out!r} has {len(out)} entries but the convolution has {n} "
-            "spatial dimensions; give one int per spatial dimension (or a single int)."
+            f"{owner + ': ' if owner else ''}{name}={out!r} has {len(out)} entries but the "
+            f"convolution has {n} spatial dimensions; give one int per spatial dimension (or "
+            "a single int)."
         )
     return out
 

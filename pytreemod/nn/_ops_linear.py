@@ -155,7 +155,8 @@ def embed(
     """Look up rows of ``embedding`` (Flax ``Embed``): output ``(*ids.shape, features)``.
 
     As in Flax (``jnp.take``): ids ``>= num_embeddings`` give NaN rows, and negative ids
-    down to ``-num_embeddings`` count from the end. The ``Embedding`` layer rejects both.
+    down to ``-num_embeddings`` count from the end (the ``Embedding`` layer rejects both
+    eagerly and gives NaN rows for both under ``jit``).
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
