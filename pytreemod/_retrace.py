@@ -18,12 +18,13 @@ from typing import Any
 import jax.tree_util as jtu
 
 from ._errors import RetraceWarning
+from ._module import Module, fields
 from ._tree import Path, format_path, is_array, path_keys
 
 DEFAULT_WARN_RETRACES = 10
 
-# An argument: ("fun",), ("arg", index) or ("kw", name). A leaf: ("array", shape, dtype)
-# or ("static", type name, value).
+# An argument: ("fun",), ("arg", index) or ("kw", name). A leaf: ("array", shape, dtype),
+# ("static", type name, value) or, for a static field of a module, ("field", type, value).
 ArgKey = tuple[Any, ...]
 Leaf = tuple[Any, ...]
 Signature = dict[ArgKey, tuple[Any, tuple[tuple[Path, Leaf], ...]]]
@@ -47,9 +48,26 @@ def _leaf(x: Any) -> Leaf:
     return ("static", type(x).__name__, value)
 
 
+def _static_fields(tree: Any, prefix: Path, out: list[tuple[Path, Leaf]]) -> None:
+    """The static fields of the modules in ``tree`` (part of the treedef, not leaves)."""
+    flat, _ = jtu.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, Module))
+    for kp, node in flat:
+        if not isinstance(node, Module):
+            continue
+        where = (*prefix, *path_keys(kp))
+        for f in fields(node):
+            value = getattr(node, f.name, None)
+            if f.metadata.get("static"):
+                out.append(((*where, f.name), ("field", *_leaf(value)[1:])))
+            else:
+                _static_fields(value, (*where, f.name), out)
+
+
 def _describe_arg(tree: Any) -> tuple[Any, tuple[tuple[Path, Leaf], ...]]:
     flat, treedef = jtu.tree_flatten_with_path(tree)
-    return treedef, tuple((path_keys(kp), _leaf(x)) for kp, x in flat)
+    leaves = [(path_keys(kp), _leaf(x)) for kp, x in flat]
+    _static_fields(tree, (), leaves)
+    return treedef, tuple(leaves)
 
 
 def _signature(fun: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Signature:
@@ -114,7 +132,13 @@ def _explain(fun: Callable[..., Any], key: ArgKey, history: Sequence[Signature])
     where = name + (f" at `{format_path(path)}`" if path else "")
     shown = _distinct(values)
     listed = ", ".join(_show(v) for v in shown[:4]) + (", ..." if len(shown) > 4 else "")
-    if all(v[0] == "static" for v in shown):
+    if all(v[0] == "field" for v in shown):
+        return (
+            f"{where} is a static field that took {len(shown)} values ({listed}); a static "
+            "field is part of the compiled program. Declare it without static=True and "
+            "store an array if it changes from call to call, or keep its values few."
+        )
+    if all(v[0] != "array" for v in shown):
         kinds = _distinct([v[1] for v in shown])
         return (
             f"{where} is a Python {'/'.join(kinds)} (a compile-time constant) that took "

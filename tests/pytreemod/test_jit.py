@@ -836,9 +836,15 @@ def test_changing_static_field_and_keyword_argument_are_named() -> None:
     f = pm.jit(lambda m, x: m(x), warn_retraces=2)
     f(m, _x())
     with pytest.warns(
-        pm.RetraceWarning, match=r"the tree structure or static fields of `m` \(argument 0\)"
+        pm.RetraceWarning,
+        match=r"`m` \(argument 0\) at `\.k` is a static field that took 2 values \(1, 2\); "
+        r"a static field is part of the compiled program\. Declare it without static=True",
     ):
         f(m.replace(k=2), _x())
+    h = pm.jit(lambda t: t["a"], warn_retraces=2)
+    h({"a": _x()})
+    with pytest.warns(pm.RetraceWarning, match=r"the tree structure or static fields of `t`"):
+        h({"a": _x(), "b": _x()})
     g = pm.jit(lambda x, *, scale: x * scale, warn_retraces=2)
     g(_x(), scale=1.0)
     with pytest.warns(pm.RetraceWarning, match=r"keyword argument `scale` is a Python float"):
