@@ -343,3 +343,21 @@ def test_masks_helpers() -> None:
     both = F.combine_masks(causal[:1], pad)
     assert both is not None and both[0, 0].astype(int).tolist() == [[1, 0, 0], [1, 0, 0], [0, 0, 0]]
     assert F.combine_masks(None, None) is None
+
+
+def test_error_if_under_vmap_stays_a_branch_and_reports_the_batch() -> None:
+    from pytreemod.nn._checks import error_if
+
+    def f(i: jax.Array) -> jax.Array:
+        return error_if(i, i > 3, "i={i} is past 3", ValueError, i=i)
+
+    step = jax.vmap(jax.vmap(f))
+    ids = jnp.zeros((2, 3), jnp.int32)
+    # The predicate is reduced over the batch: a real cond, so the callback only runs
+    # when a check fails (not a select that calls back on every step).
+    assert "cond[" in str(jax.make_jaxpr(step)(ids))
+    assert jax.jit(step)(ids).shape == (2, 3)
+    with pytest.raises(Exception, match=r"ValueError: i=\[\[0, 0, 0\], \[0, 9, 0\]\] is past 3"):
+        jax.block_until_ready(jax.jit(step)(ids.at[1, 1].set(9)))
+    with pytest.raises(ValueError, match=r"i=9 is past 3"):
+        f(jnp.array(9))
