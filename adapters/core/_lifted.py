@@ -659,7 +659,8 @@ def jit(
         y = fn(s, *args, **kwargs)
         return y, repack_fn(s)
 
-    compiled = pm.jit(jitted, donate_argnums=donate, **jit_kwargs)
+    # Flax's nn.jit never warns about retracing (its tests turn warnings into errors).
+    compiled = pm.jit(jitted, donate_argnums=donate, warn_retraces=None, **jit_kwargs)
     draws: dict[Any, list[dict[tuple[Any, ...], int]]] = {}
 
     def inner(
