@@ -81,8 +81,8 @@ class LazyRng:
     __slots__ = ("rng", "suffix")
 
     def __init__(self, rng: Any, suffix: tuple[Any, ...] = ()):
-        self.rng = rng
-        self.suffix = suffix
+        self.rng: Any = rng
+        self.suffix: tuple[Any, ...] = suffix
 
     @staticmethod
     def create(rng: "LazyRng | jax.Array", *suffix: Any) -> "LazyRng":
@@ -178,10 +178,10 @@ class Variable(Generic[T]):
     __slots__ = ("collection", "name", "scope", "unbox")
 
     def __init__(self, scope: "Scope", collection: str, name: str, unbox: bool = True):
-        self.scope = scope
-        self.collection = collection
-        self.name = name
-        self.unbox = unbox
+        self.scope: Scope = scope
+        self.collection: str = collection
+        self.name: str = name
+        self.unbox: bool = unbox
 
     @property
     def value(self) -> T:
@@ -335,12 +335,12 @@ class Scope:
         self._variables = variables
         self.parent = parent
         self.name = name
-        self.path = tuple(path)
-        self.debug_path = tuple(debug_path) or self.path
+        self.path: tuple[str, ...] = tuple(path)
+        self.debug_path: tuple[str, ...] = tuple(debug_path) or self.path
         self.rngs: dict[str, LazyRng] = (
             {k: LazyRng.create(v) for k, v in rngs.items()} if rngs else {}
         )
-        self.mutable = _filters.to_filter(mutable)
+        self.mutable: pm.Filter = _filters.to_filter(mutable)
         self.flags: Mapping[str, Any] = (
             flags if isinstance(flags, FrozenDict) else FrozenDict(flags or {})
         )

@@ -150,6 +150,7 @@ class ModuleBase:
     declared here are not dataclass fields)."""
 
     if typing.TYPE_CHECKING:
+        scope: Scope | None
         _state: _ModuleInternalState
         _parent_ref: Any
         _compact_name_scope_methods: tuple[str, ...]
@@ -166,7 +167,8 @@ class Module(ModuleBase, _ApplyMixin):
     method; ``init``/``apply`` run a method on variables. See Flax's ``flax.linen.Module``.
     """
 
-    scope = None
+    if not typing.TYPE_CHECKING:  # declared on ModuleBase (not a dataclass field)
+        scope = None
     _state = _uninitialized_module_internal_state
     _parent_ref = None
     _compact_name_scope_methods = ()
@@ -201,7 +203,7 @@ class Module(ModuleBase, _ApplyMixin):
             if not getattr(descriptor, "nowrap", False):
                 setattr(cls, key, wrap_descriptor_once(descriptor))
         cls._state = _uninitialized_module_internal_state
-        cls.scope = None
+        cls.scope: Scope | None = None
         cls._parent_ref = None
         cls.parent = ParentDescriptor()  # type: ignore[assignment]
 
