@@ -92,6 +92,41 @@ class _VectorCell(RNNCellBase):
     carry_init: Initializer = field(static=True, repr=False)
     param_dtype: Any = field(static=True, repr=False)
 
+    def _check_args(
+        self,
+        in_features: Any,
+        hidden_features: Any,
+        key: Any,
+        dtype: Any,
+        param_dtype: Any,
+        carry_init: Any,
+    ) -> None:
+        """Validate the constructor arguments every cell shares (``LayerConfigError``);
+        typed ``Any`` so that the check, not the method's type check, reports them."""
+        layer_args(
+            type(self).__name__,
+            sizes={"in_features": in_features, "hidden_features": hidden_features},
+            key=key,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            fns={"carry_init": carry_init},
+        )
+
+    def _set_fields(
+        self,
+        projections: dict[str, Linear | Conv],
+        in_features: int,
+        hidden_features: int,
+        carry_init: Callable[..., Any],
+        param_dtype: Any,
+    ) -> None:
+        """Set the fields every cell shares (called from ``__init__``)."""
+        self.projections = projections
+        self.in_features = in_features
+        self.hidden_features = hidden_features
+        self.carry_init = carry_init
+        self.param_dtype = param_dtype
+
     def _project(self, name: str, x: jax.Array) -> jax.Array:
         return self.projections[name](x)
 
@@ -152,26 +187,26 @@ class LSTMCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
-        layer_args(
-            type(self).__name__,
-            sizes={"in_features": in_features, "hidden_features": hidden_features},
-            key=key,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            fns={"carry_init": carry_init},
-        )
+        self._check_args(in_features, hidden_features, key, dtype, param_dtype, carry_init)
         spec = {}
         for gate in "ifgo":
             spec[f"i{gate}"] = (in_features, False, kernel_init, bias_init)
         for gate in "ifgo":
             spec[f"h{gate}"] = (hidden_features, True, recurrent_kernel_init, bias_init)
-        self.projections: dict[str, Linear | Conv] = _linears(
-            spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
+        self._set_fields(
+            _linears(
+                spec,
+                hidden_features,
+                key,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                precision=precision,
+            ),
+            in_features,
+            hidden_features,
+            carry_init,
+            param_dtype,
         )
-        self.in_features = in_features
-        self.hidden_features = hidden_features
-        self.carry_init = carry_init
-        self.param_dtype = param_dtype
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
 
@@ -260,24 +295,24 @@ class GRUCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
-        layer_args(
-            type(self).__name__,
-            sizes={"in_features": in_features, "hidden_features": hidden_features},
-            key=key,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            fns={"carry_init": carry_init},
-        )
+        self._check_args(in_features, hidden_features, key, dtype, param_dtype, carry_init)
         spec = {f"i{g}": (in_features, True, kernel_init, bias_init) for g in "rzn"}
         for g in "rzn":
             spec[f"h{g}"] = (hidden_features, g == "n", recurrent_kernel_init, bias_init)
-        self.projections: dict[str, Linear | Conv] = _linears(
-            spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
+        self._set_fields(
+            _linears(
+                spec,
+                hidden_features,
+                key,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                precision=precision,
+            ),
+            in_features,
+            hidden_features,
+            carry_init,
+            param_dtype,
         )
-        self.in_features = in_features
-        self.hidden_features = hidden_features
-        self.carry_init = carry_init
-        self.param_dtype = param_dtype
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
 
@@ -337,27 +372,27 @@ class MGUCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
-        layer_args(
-            type(self).__name__,
-            sizes={"in_features": in_features, "hidden_features": hidden_features},
-            key=key,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            fns={"carry_init": carry_init},
-        )
+        self._check_args(in_features, hidden_features, key, dtype, param_dtype, carry_init)
         spec = {
             "if": (in_features, True, kernel_init, forget_bias_init),
             "in": (in_features, True, kernel_init, activation_bias_init),
             "hf": (hidden_features, False, recurrent_kernel_init, activation_bias_init),
             "hn": (hidden_features, reset_gate, recurrent_kernel_init, activation_bias_init),
         }
-        self.projections: dict[str, Linear | Conv] = _linears(
-            spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
+        self._set_fields(
+            _linears(
+                spec,
+                hidden_features,
+                key,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                precision=precision,
+            ),
+            in_features,
+            hidden_features,
+            carry_init,
+            param_dtype,
         )
-        self.in_features = in_features
-        self.hidden_features = hidden_features
-        self.carry_init = carry_init
-        self.param_dtype = param_dtype
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
         self.reset_gate = reset_gate
@@ -417,25 +452,25 @@ class SimpleCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
-        layer_args(
-            type(self).__name__,
-            sizes={"in_features": in_features, "hidden_features": hidden_features},
-            key=key,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            fns={"carry_init": carry_init},
-        )
+        self._check_args(in_features, hidden_features, key, dtype, param_dtype, carry_init)
         spec = {
             "i": (in_features, True, kernel_init, bias_init),
             "h": (hidden_features, False, recurrent_kernel_init, bias_init),
         }
-        self.projections: dict[str, Linear | Conv] = _linears(
-            spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
+        self._set_fields(
+            _linears(
+                spec,
+                hidden_features,
+                key,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                precision=precision,
+            ),
+            in_features,
+            hidden_features,
+            carry_init,
+            param_dtype,
         )
-        self.in_features = in_features
-        self.hidden_features = hidden_features
-        self.carry_init = carry_init
-        self.param_dtype = param_dtype
         self.activation_fn = activation_fn
         self.residual = residual
 
@@ -493,14 +528,7 @@ class ConvLSTMCell(_VectorCell):
         precision: Any = None,
         key: jax.Array,
     ):
-        layer_args(
-            type(self).__name__,
-            sizes={"in_features": in_features, "hidden_features": hidden_features},
-            key=key,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            fns={"carry_init": carry_init},
-        )
+        self._check_args(in_features, hidden_features, key, dtype, param_dtype, carry_init)
         size = positive_ints(type(self).__name__, "kernel_size", kernel_size, allow_int=False)
         options: dict[str, Any] = dict(
             strides=strides,
@@ -517,11 +545,7 @@ class ConvLSTMCell(_VectorCell):
             "ih": Conv(in_features, 4 * hidden_features, size, key=k1, **options),
             "hh": Conv(hidden_features, 4 * hidden_features, size, key=k2, **options),
         }
-        self.projections: dict[str, Linear | Conv] = projections
-        self.in_features = in_features
-        self.hidden_features = hidden_features
-        self.carry_init = carry_init
-        self.param_dtype = param_dtype
+        self._set_fields(projections, in_features, hidden_features, carry_init, param_dtype)
         self.kernel_size = size
 
     @checked
