@@ -15,3 +15,30 @@ def tree_allclose(a: Any, b: Any, *, rtol: float = 1e-6, atol: float = 1e-6) -> 
     return all(
         np.allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol) for x, y in zip(la, lb)
     )
+
+
+def kill_processes(procs: list[Any]) -> None:
+    """Kill the process groups of those of ``procs`` still running (started with
+    ``start_new_session=True``) and reap them."""
+    import os
+    import signal
+
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def wait_for_processes(procs: list[Any], timeout: float) -> list[str]:
+    """Wait for the worker processes ``procs`` (``subprocess.Popen`` with stdout piped and
+    ``start_new_session=True``), killing them all if one fails or times out; assert that
+    every one exited with 0 (their output in the message) and return their outputs."""
+    outputs: list[str] = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            outputs.append(out.decode(errors="replace")[-3000:])
+    finally:
+        kill_processes(procs)
+    assert [p.returncode for p in procs] == [0] * len(procs), "\n".join(outputs)
+    return outputs

@@ -11,7 +11,6 @@ groups are killed if they overrun or the test fails.
 import json
 import os
 import pathlib
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
+
+from tests.helpers import kill_processes, wait_for_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "linen_lm.py"
@@ -100,20 +101,14 @@ def test_two_processes_train_as_one_and_their_checkpoint_restores_in_one(
 ) -> None:
     example = _example()
     procs = _start_workers(tmp_path)
-    outputs: list[str] = []
     try:
         # The one-process run (8 devices, this process) while the workers run.
         with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
             single = example.main(TINY)
-        for p in procs:
-            out, _ = p.communicate(timeout=TIMEOUT)
-            outputs.append(out.decode(errors="replace")[-3000:])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
+    except BaseException:
+        kill_processes(procs)
+        raise
+    wait_for_processes(procs, timeout=TIMEOUT)
     results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
 
     assert single["devices"] == [8, 8, 1]  # global devices, local devices, processes

@@ -10,7 +10,6 @@ their process groups are killed if they overrun.
 import json
 import os
 import pathlib
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import optax
 import pytest
 
 import pytreemod as pm
+from tests.helpers import wait_for_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = (("batch", "data"), ("embed", None), ("mlp", "model"))
@@ -149,17 +149,7 @@ def test_two_processes_match_one_and_share_a_checkpoint(tmp_path: pathlib.Path) 
         )
         for i in range(2)
     ]
-    outputs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=180)
-            outputs.append(out.decode(errors="replace")[-3000:])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
+    wait_for_processes(procs, timeout=180)
     results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
 
     mesh = make_mesh()
