@@ -94,9 +94,10 @@ class StateMismatchError(PytreemodError, ValueError):
 class TreeAtError(PytreemodError, ValueError):
     """``tree_at``'s ``where`` did not pick out nodes of the tree unambiguously.
 
-    Cause: ``where`` returned something that is not a node of the tree (for example a
-    freshly computed value), a node that occurs at several places (``None``, an empty
-    tuple), or ``replace`` does not match the number of nodes selected.
+    Cause: ``where`` is not a function (a field name such as ``"kernel"``), or it
+    returned something that is not a node of the tree (for example a freshly computed
+    value), a node that occurs at several places (``None``, an empty tuple), or
+    ``replace`` does not match the number of nodes selected.
 
     Fix: make ``where`` only index into its argument (``lambda m: m.layers[0].weight``);
     to replace ``None`` fields, use ``Module.replace`` or a sentinel value.
@@ -123,7 +124,8 @@ class TransformError(PytreemodError, ValueError):
     variable unmatched, a prefix that does not match the tree), two places sharing one
     Variable but given different specs, a scan carry or loop state whose structure
     changes between iterations, ``cond``/``switch`` branches that return different
-    variables, or a non-array argument that is not hashable.
+    variables, a non-array argument that is not hashable, or (``vmap``/``scan``) an
+    input without the mapped axis or mapped inputs of different sizes.
 
     Fix: the message names the path(s) involved; give every variable exactly one spec,
     keep carried state's structure fixed, and create the same variables in every branch.
@@ -271,6 +273,16 @@ class RetraceWarning(PytreemodWarning):
     retraces are intended, ``pm.jit(f, warn_retraces=None)`` turns the warning off (or
     raise the count with ``warn_retraces=n``).
     """
+
+
+def require_callable(fun: object, name: str) -> None:
+    """Raise a ``TypeError`` naming ``name`` if ``fun`` (the function it transforms or
+    wraps) is not callable, as ``jax.jit`` does, instead of failing later inside."""
+    if not callable(fun):
+        raise TypeError(
+            f"{name}: expected a callable value (the function to transform), got {fun!r} "
+            f"of type {type(fun).__name__}, which is not callable."
+        )
 
 
 def _all_classes() -> list[type]:

@@ -37,7 +37,7 @@ import jax
 import jax.tree_util as jtu
 
 from ._codegen import _is_namedtuple, compile_unflatten
-from ._errors import TransformError
+from ._errors import TransformError, require_callable
 from ._filters import FilterLike, check_collections, to_filter
 from ._module import BoundMethod, Module
 from ._pack import Skeleton, pack, unpack
@@ -715,8 +715,7 @@ def jit(
     >>> scale(jnp.ones(2), 3.0)
     {'scaled': Array([3., 3.], dtype=float32)}
     """
-    if isinstance(donate_argnums, int):
-        donate_argnums = (donate_argnums,)
+    donate = _check_donate(donate_argnums)
     for bad in ("static_argnums", "static_argnames", "donate_argnames"):
         if bad in jit_kwargs:
             raise TransformError(
@@ -727,9 +726,31 @@ def jit(
         raise TransformError(
             f"jit: warn_retraces must be None or an int >= 2, got {warn_retraces!r}."
         )
-    if fun is None:
-        return lambda f: _JitWrapper(f, donate_argnums, jit_kwargs, warn_retraces).make_call()
-    return _JitWrapper(fun, donate_argnums, jit_kwargs, warn_retraces).make_call()
+
+    def wrap(f: Callable[P, R]) -> Callable[P, R]:
+        require_callable(f, "jit (filter_jit)")
+        return _JitWrapper(f, donate, jit_kwargs, warn_retraces).make_call()
+
+    return wrap if fun is None else wrap(fun)
+
+
+def _check_donate(donate_argnums: Any) -> tuple[int | DonateState, ...]:
+    """``donate_argnums`` as a tuple, or a ``TypeError`` naming it."""
+    if isinstance(donate_argnums, (int, DonateState)):
+        entries: tuple[Any, ...] = (donate_argnums,)
+    elif isinstance(donate_argnums, (tuple, list)):
+        entries = tuple(donate_argnums)
+    else:
+        entries = ("not a sequence",)  # a str or a set: rejected below
+    for d in entries:
+        argnum = d.argnum if isinstance(d, DonateState) else d
+        if isinstance(argnum, bool) or not isinstance(argnum, int):
+            raise TypeError(
+                "jit: donate_argnums must be an int, a DonateState(argnum, filter) or a "
+                f"tuple of them, got {donate_argnums!r}; e.g. donate_argnums=0 or "
+                "donate_argnums=(DonateState(0, 'params'),)."
+            )
+    return entries
 
 
 filter_jit = jit

@@ -26,7 +26,7 @@ from ._axis_rules import (
     _pick_mesh,
     get_logical_axis_rules,
 )
-from ._errors import AxisMetadataError
+from ._errors import AxisMetadataError, require_callable
 from ._module import Module, field
 
 _B = TypeVar("_B", bound="AxisMetadata")
@@ -159,6 +159,7 @@ def with_partitioning(
     >>> init(jax.random.key(0), (4, 8)).names
     (None, 'mlp')
     """
+    require_callable(init_fn, "with_partitioning")
 
     def wrapper(*args: Any, **kwargs: Any) -> Partitioned:
         return Partitioned(init_fn(*args, **kwargs), names, mesh)

@@ -520,6 +520,11 @@ def replace(module: _M, /, **changes: Any) -> _M:
     as JAX rebuilds a tree. An unknown field name is an ``UndeclaredFieldError``.
     """
     cls = type(module)
+    if not isinstance(module, Module):
+        raise TypeError(
+            f"replace: expected a Module (an instance of a pm.Module subclass), got "
+            f"{cls.__name__}; for other trees use pm.tree_at(lambda t: ..., tree, value)."
+        )
     unknown = [n for n in changes if n not in cls._pytreemod_fields]
     if unknown:
         fields = ", ".join(cls._pytreemod_fields) or "(none)"

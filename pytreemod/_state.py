@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 import jax.tree_util as jtu
 
+from ._errors import require_callable
 from ._filters import FilterLike, check_collections, to_filter
 from ._module import Module
 from ._partition import _collections, _Hole, _split
@@ -137,6 +138,7 @@ def apply(
     >>> int(c.count.value)
     1
     """
+    require_callable(fn, "apply")
     module = getattr(fn, "__self__", fn)
     recorder = _recorder(fn, module, mutable)
     token = recorders.set((*recorders.get(), recorder))

@@ -88,6 +88,11 @@ class TrainState(Module, Generic[M]):
         Called on a subclass it returns that subclass (typed ``TrainState[type(model)]``:
         narrow with ``isinstance`` to reach the subclass's fields).
         """
+        if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+            raise TypeError(
+                "TrainState.create: tx must be an optax GradientTransformation (with init "
+                f"and update), e.g. optax.adam(1e-3); got {tx!r} of type {type(tx).__name__}."
+            )
         opt_state = tx.init(state(model, wrt))
         make: Any = cls  # cls is TrainState[M] for the class's M, not the model's type
         return make(model=model, opt_state=opt_state, step=jnp.zeros((), jnp.int32), tx=tx, wrt=wrt)

@@ -33,7 +33,7 @@ from typing import (
 import jax
 import jax.numpy as jnp
 
-from ._errors import TransformError
+from ._errors import TransformError, require_callable
 from ._filters import Filter, FilterLike, check_collections, to_filter
 from ._meta import is_box
 from ._pack import Skeleton, pack, unpack
@@ -303,6 +303,7 @@ def value_and_grad(
     """
     if fun is None:
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux)
+    require_callable(fun, "value_and_grad")
     single = not isinstance(argnums, (tuple, list))
     specs = [argnums] if single else list(cast(Sequence[Any], argnums))
     norm: list[tuple[int, Filter, bool]] = []
@@ -450,6 +451,7 @@ def grad(
     """
     if fun is None:
         return functools.partial(grad, argnums=argnums, has_aux=has_aux)
+    require_callable(fun, "grad")
     vg = value_and_grad(fun, argnums=argnums, has_aux=has_aux)
 
     @functools.wraps(fun)
@@ -523,6 +525,7 @@ def vmap(
             spmd_axis_name=spmd_axis_name,
             metadata_params=metadata_params,
         )
+    require_callable(fun, "vmap")
     params: Mapping[Any, Any] = dict(metadata_params or {})
     fun_ = fun
 
@@ -538,6 +541,7 @@ def vmap(
                     "meaningful in scan; use an int axis or None."
                 )
         array_axes = [slot_axis[s] for s in skel.array_slots()]
+        _check_mapped_sizes(skel, arrays, array_axes, axis_size)
         cell: dict[str, Any] = {}
 
         def fix_in(slot: int, value: Any) -> Any:
@@ -577,6 +581,45 @@ def vmap(
         return unpack(oskel, merged, fix_out)
 
     return wrapper
+
+
+def _check_axis(what: str, where: Callable[[], str], shape: tuple[int, ...], ax: int) -> None:
+    if not -len(shape) <= ax < len(shape):
+        has = "a scalar" if not shape else f"of shape {shape} (rank {len(shape)})"
+        raise TransformError(
+            f"{what}: {where()} is {has}, which has no axis {ax} to {what} over; give it "
+            "in_axes=None (the same value every time) or an axis it has."
+        )
+
+
+def _check_mapped_sizes(
+    skel: Skeleton, arrays: list[Any], axes: list[Any], axis_size: int | None
+) -> None:
+    """Check from shapes alone (before tracing) that each mapped array has its axis and
+    all mapped sizes agree: JAX's own errors name the flattened ``arrays[i]``."""
+    slots = skel.array_slots()
+    by_size: dict[int, list[int]] = {}  # size -> array indices
+    for i, (x, ax) in enumerate(zip(arrays, axes)):
+        if ax is not None:
+            shape = x.shape
+            where = functools.partial(_describe, skel.path(slots[i]), "args")
+            _check_axis("vmap", where, shape, ax)
+            by_size.setdefault(shape[ax], []).append(i)
+    if len(by_size) <= 1 and (axis_size is None or set(by_size) <= {axis_size}):
+        return
+
+    def group(size: int, idx: list[int]) -> str:
+        paths = [_describe(skel.path(slots[i]), "args") for i in idx[:3]]
+        more = f" and {len(idx) - 3} more" if len(idx) > 3 else ""
+        return f"size {size}: {', '.join(paths)}{more}"
+
+    found = "; ".join(group(n, idx) for n, idx in by_size.items())
+    want = f" and axis_size={axis_size}" if axis_size is not None else ""
+    raise TransformError(
+        f"vmap: the sizes of the mapped axes{want} do not agree: {found}. "
+        "Every mapped input needs the same size; give in_axes=None to what is the same "
+        "for every element (e.g. in_axes=(None, 0) for a model and a batch)."
+    )
 
 
 # ----------------------------------------------------------------------------- scan
@@ -692,6 +735,7 @@ def scan(
             unroll=unroll,
             metadata_params=metadata_params,
         )
+    require_callable(fun, "scan")
     params: Mapping[Any, Any] = dict(metadata_params or {})
     fun_ = fun
 
@@ -710,6 +754,9 @@ def scan(
         amode = [mode[s] for s in skel.array_slots()]
         carry_idx = [i for i, m in enumerate(amode) if m is Carry]
         xs_idx = [i for i, m in enumerate(amode) if isinstance(m, int) and m is not Carry]
+        for i in xs_idx:
+            where = functools.partial(_describe, skel.path(skel.array_slots()[i]), "*args")
+            _check_axis("scan", where, arrays[i].shape, amode[i])
         xs = [jnp.moveaxis(arrays[i], amode[i], 0) if amode[i] else arrays[i] for i in xs_idx]
         n = length
         for i, x in zip(xs_idx, xs):
@@ -875,6 +922,7 @@ def remat(
     pass instead of storing them. ``policy`` is one of ``jax.checkpoint_policies``."""
     if fun is None:
         return functools.partial(remat, policy=policy, prevent_cse=prevent_cse)
+    require_callable(fun, "remat (checkpoint)")
     fun_ = fun
 
     @functools.wraps(fun)
@@ -971,6 +1019,7 @@ def eval_shape(fun: Callable[..., R], *args: Any, **kwargs: Any) -> R:
 
     Typed as ``fun``'s return type (a model skeleton is typed as the model), though its
     arrays are ``ShapeDtypeStruct``s."""
+    require_callable(fun, "eval_shape")
     skel, arrays, _ = pack((args, kwargs))
     cell: dict[str, Skeleton] = {}
 

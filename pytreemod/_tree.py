@@ -121,6 +121,11 @@ def tree_at(
     >>> tree_at(lambda t: t["b"][1], tree, 5)["b"]
     (1, 5)
     """
+    if not callable(where):
+        raise TreeAtError(
+            f"tree_at: `where` must be a function selecting the node(s) to replace, e.g. "
+            f"`lambda m: m.kernel`, got {where!r} of type {type(where).__name__}."
+        )
     if (replace is _MISSING) == (replace_fn is _MISSING):
         raise TreeAtError(
             "tree_at needs exactly one of `replace` or `replace_fn`: pass the new value as "

@@ -5,8 +5,8 @@ names are a pytreemod error (or a ``TypeError``/``ValueError`` at the API bounda
 names the argument or path and says what to pass; never a raw ``IndexError``/
 ``AttributeError`` from inside the library or a silently wrong result.
 
-Cases marked ``xfail(strict=True)`` are sharp edges of the core still open: each states
-the error it should raise. (Fixing one makes its xfail fail: then remove the mark.)
+A case marked ``xfail(strict=True)`` would be a sharp edge of the core still open,
+stating the error it should raise (fixing it makes the xfail fail: then remove the mark).
 """
 
 import os
@@ -269,11 +269,12 @@ def test_errors_jax_raises_at_the_api_boundary_pass_through_unchanged() -> None:
         pm.save(3, LIN)
 
 
-# ------------------------------------------------------------- open sharp edges (core)
+# ---------------------------------------------- wrong function, argnums, shapes (core)
 
 _NOT_CALLABLE = [
     ("jit", lambda: pm.jit(3)),
     ("filter_jit", lambda: pm.filter_jit(3)),
+    ("jit", lambda: pm.jit(donate_argnums=0)(3)),
     ("vmap", lambda: pm.vmap(3)),
     ("scan", lambda: pm.scan(3)),
     ("grad", lambda: pm.grad(3)),
@@ -285,80 +286,99 @@ _NOT_CALLABLE = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: a non-callable function argument is accepted (or fails later with "
-    "\"'int' object is not callable\"); should be a TypeError naming the transform",
+@pytest.mark.parametrize(
+    ("name", "call"), _NOT_CALLABLE, ids=[f"{c[0]}-{i}" for i, c in enumerate(_NOT_CALLABLE)]
 )
-@pytest.mark.parametrize(("name", "call"), _NOT_CALLABLE, ids=[c[0] for c in _NOT_CALLABLE])
 def test_a_non_callable_function_is_a_type_error_naming_the_transform(
     name: str, call: Callable[[], Any]
 ) -> None:
-    with pytest.raises(TypeError, match=rf"{name}.*not callable"):
+    with pytest.raises(TypeError, match=rf"\b{name}\b.*got 3 of type int, which is not callable"):
         call()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="core (_jit.py): donate_argnums='x' fails with \"'<' not supported\""
-)
-def test_bad_donate_argnums_names_the_argument() -> None:
-    with pytest.raises((TypeError, pm.TransformError), match=r"donate_argnums"):
-        pm.jit(lambda m: m, donate_argnums="x")(LIN)
+@pytest.mark.parametrize("bad", ["x", (0, "1"), (True,), {0}, (pm.DonateState("a"),)])
+def test_bad_donate_argnums_names_the_argument(bad: Any) -> None:
+    with pytest.raises(TypeError, match=r"jit: donate_argnums must be an int, a DonateState"):
+        pm.jit(lambda m: m, donate_argnums=bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core (_transforms.py): vmap's size/rank errors come from JAX and name the "
-    "flattened 'arrays[i]', not the user's args[i] path",
-)
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: pm.vmap(lambda a, b: a + b)(jnp.ones(3), jnp.ones(4)), r"args\[1\]"),
-        (lambda: pm.vmap(lambda m, x: m(x))(LIN, X), r"args\[0\]\.kernel"),
-        (lambda: pm.vmap(lambda x: x, in_axes=2)(jnp.ones(3)), r"args\[0\]"),
-        (lambda: pm.vmap(lambda a: a)(jnp.ones(())), r"args\[0\]"),
+        (
+            lambda: pm.vmap(lambda a, b: a + b)(jnp.ones(3), jnp.ones(4)),
+            r"sizes of the mapped axes do not agree: size 3: args\[0\]; size 4: args\[1\]\. "
+            r".*give in_axes=None",
+        ),
+        (
+            lambda: pm.vmap(lambda m, x: m(x))(LIN, X),
+            r"size 3: args\[0\]\.kernel; size 4: args\[0\]\.bias; size 2: args\[1\]\."
+            r".*in_axes=\(None, 0\) for a model",
+        ),
+        (
+            lambda: pm.vmap(lambda a: a, axis_size=4)(jnp.ones(3)),
+            r"mapped axes and axis_size=4 do not agree: size 3: args\[0\]",
+        ),
+        (
+            lambda: pm.vmap(lambda x, y: x)(X, y=jnp.ones(5)),
+            r"size 2: args\[0\]; size 5: kwargs\['y'\]",
+        ),
+        (
+            lambda: pm.vmap(lambda x: x, in_axes=2)(jnp.ones(3)),
+            r"args\[0\] is of shape \(3,\) \(rank 1\), which has no axis 2 to vmap over",
+        ),
+        (
+            lambda: pm.vmap(lambda a: a)(jnp.ones(())),
+            r"args\[0\] is a scalar, which has no axis 0 to vmap over; give it in_axes=None",
+        ),
     ],
-    ids=["sizes", "model-sizes", "axis-past-rank", "scalar"],
+    ids=["sizes", "model-sizes", "axis-size", "kwargs", "axis-past-rank", "scalar"],
 )
 def test_vmap_shape_errors_name_the_argument_path(call: Callable[[], Any], match: str) -> None:
     with pytest.raises(pm.TransformError, match=match):
         call()
 
 
-@pytest.mark.xfail(strict=True, reason="core (_transforms.py): scanning a scalar is an IndexError")
+def test_vmap_shape_checks_accept_negative_and_broadcast_axes() -> None:
+    out = pm.vmap(lambda a, b: a + b, in_axes=(-1, None))(jnp.ones((2, 3)), jnp.ones(()))
+    assert out.shape == (3, 2)
+
+
 def test_scanning_over_a_scalar_names_the_argument() -> None:
-    with pytest.raises(pm.TransformError, match=r"args\[1\]"):
+    with pytest.raises(
+        pm.TransformError, match=r"scan: args\[1\] is a scalar, which has no axis 0 to scan"
+    ):
         pm.scan(lambda c, x: (c, x))(jnp.zeros(()), jnp.ones(()))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: tree_at('kernel', ...) and replace(3, ...) fail with raw Python errors "
-    "('str' object is not callable / type object 'int' has no attribute '_pytreemod_fields')",
-)
 @pytest.mark.parametrize(
-    ("call", "match"),
+    ("call", "cls", "match"),
     [
-        (lambda: pm.tree_at("kernel", LIN, 1), r"where"),
-        (lambda: pm.replace(3, a=1), r"replace.*Module"),
+        (
+            lambda: pm.tree_at("kernel", LIN, 1),
+            pm.TreeAtError,
+            r"`where` must be a function selecting the node\(s\) to replace, e\.g\. "
+            r"`lambda m: m\.kernel`, got 'kernel'",
+        ),
+        (
+            lambda: pm.replace(3, a=1),
+            TypeError,
+            r"replace: expected a Module .*got int; for other trees use pm\.tree_at",
+        ),
     ],
     ids=["tree-at-where", "replace-non-module"],
 )
 def test_tree_editing_with_a_wrong_argument_says_what_to_pass(
-    call: Callable[[], Any], match: str
+    call: Callable[[], Any], cls: type[Exception], match: str
 ) -> None:
-    with pytest.raises((TypeError, pm.PytreemodError), match=match):
+    with pytest.raises(cls, match=match):
         call()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core (_train_state.py): TrainState.create(model, tx=3) is an AttributeError "
-    "('int' object has no attribute 'init')",
-)
 def test_train_state_with_a_non_optimizer_says_what_to_pass() -> None:
-    with pytest.raises((TypeError, pm.PytreemodError), match=r"tx"):
+    with pytest.raises(
+        TypeError, match=r"TrainState\.create: tx must be an optax GradientTransformation"
+    ):
         pm.TrainState.create(LIN, 3)
 
 
