@@ -1,0 +1,197 @@
+"""NNX variables: mutable boxes holding a value plus metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+
+
+class Variable:
+    """A mutable box around one value (usually an array) with metadata.
+
+    ``v.value`` / ``v[...]`` read the value, ``v.value = x`` / ``v[...] = x`` replace it and
+    ``v[idx] = x`` writes a slice (``value.at[idx].set(x)``). Extra keyword arguments are
+    metadata, readable as attributes (``Param(x, sharding=...).sharding``).
+    """
+
+    __slots__ = ("_raw_value", "_var_metadata")
+
+    _raw_value: Any
+    _var_metadata: dict[str, Any]
+
+    def __init__(self, value: Any, **metadata: Any) -> None:
+        if isinstance(value, Variable):
+            value = value.get_value()
+        object.__setattr__(self, "_raw_value", value)
+        object.__setattr__(self, "_var_metadata", dict(metadata))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+    @classmethod
+    def from_metadata(cls, value: Any, metadata: Mapping[str, Any]) -> Variable:
+        """A new ``cls`` holding ``value`` with ``metadata`` (no checks)."""
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "_raw_value", value)
+        object.__setattr__(obj, "_var_metadata", dict(metadata))
+        return obj
+
+    @property
+    def value(self) -> Any:
+        """The wrapped value."""
+        return self._raw_value
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self.set_value(value)
+
+    def get_value(self) -> Any:
+        """The wrapped value."""
+        return self._raw_value
+
+    def set_value(self, value: Any) -> None:
+        """Replace the wrapped value in place."""
+        if isinstance(value, Variable):
+            value = value.get_value()
+        object.__setattr__(self, "_raw_value", value)
+
+    def get_metadata(self) -> dict[str, Any]:
+        """A copy of the metadata dict."""
+        return dict(self._var_metadata)
+
+    def replace(self, value: Any = None, **metadata: Any) -> Variable:
+        """A new Variable of the same type; ``value`` (if given) and ``metadata`` override."""
+        new_value = self._raw_value if value is None else value
+        if isinstance(new_value, Variable):
+            new_value = new_value.get_value()
+        return type(self).from_metadata(new_value, {**self._var_metadata, **metadata})
+
+    def copy(self) -> Variable:
+        """A shallow copy (same value object, copied metadata)."""
+        return type(self).from_metadata(self._raw_value, self._var_metadata)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        metadata = object.__getattribute__(self, "_var_metadata")
+        if name in metadata:
+            return metadata[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "value":
+            self.set_value(value)
+        else:
+            self._var_metadata[name] = value
+
+    def __getitem__(self, index: Any) -> Any:
+        if index is Ellipsis:
+            return self._raw_value
+        return self._raw_value[index]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if index is Ellipsis:
+            self.set_value(value)
+        else:
+            self.set_value(self._raw_value.at[index].set(value))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the value."""
+        return self._raw_value.shape
+
+    @property
+    def dtype(self) -> Any:
+        """Dtype of the value."""
+        return self._raw_value.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions of the value."""
+        return self._raw_value.ndim
+
+    @property
+    def size(self) -> int:
+        """Number of elements of the value."""
+        return self._raw_value.size
+
+    def __len__(self) -> int:
+        return len(self._raw_value)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        import numpy as np
+
+        return np.asarray(self._raw_value, dtype=dtype)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self._var_metadata.items())
+        return f"{type(self).__name__}(value={self._raw_value!r}{extra})"
+
+
+def _binary(op: Callable[[Any, Any], Any], reflected: bool) -> Callable[[Variable, Any], Any]:
+    def method(self: Variable, other: Any) -> Any:
+        other_value = other.get_value() if isinstance(other, Variable) else other
+        if reflected:
+            return op(other_value, self.get_value())
+        return op(self.get_value(), other_value)
+
+    return method
+
+
+def _install_operators() -> None:
+    import operator
+
+    for name in ("add", "sub", "mul", "truediv", "floordiv", "matmul", "pow", "mod"):
+        op = getattr(operator, name)
+        setattr(Variable, f"__{name}__", _binary(op, reflected=False))
+        setattr(Variable, f"__r{name}__", _binary(op, reflected=True))
+    for name in ("lt", "le", "gt", "ge"):
+        setattr(Variable, f"__{name}__", _binary(getattr(operator, name), reflected=False))
+    Variable.__neg__ = lambda self: -self.get_value()  # type: ignore[method-assign]
+    Variable.__pos__ = lambda self: +self.get_value()  # type: ignore[method-assign]
+    Variable.__abs__ = lambda self: abs(self.get_value())  # type: ignore[method-assign]
+
+
+def _register(cls: type[Variable]) -> None:
+    def flatten(v: Variable) -> tuple[tuple[Any], tuple[tuple[str, Any], ...]]:
+        return (v.get_value(),), tuple(sorted(v._var_metadata.items()))
+
+    def unflatten(aux: tuple[tuple[str, Any], ...], children: Any) -> Variable:
+        return cls.from_metadata(children[0], dict(aux))
+
+    jax.tree_util.register_pytree_node(cls, flatten, unflatten)
+
+
+_register(Variable)
+_install_operators()
+
+
+class Param(Variable):
+    """A trainable parameter."""
+
+
+class BatchStat(Variable):
+    """Running statistics (e.g. BatchNorm's mean and variance)."""
+
+
+class Cache(Variable):
+    """Cached values (e.g. an autoregressive decoder's keys and values)."""
+
+
+class Intermediate(Variable):
+    """Values sown during a call."""
+
+
+class RngState(Variable):
+    """State of an RNG stream (its key or counter)."""
+
+
+class RngKey(RngState):
+    """The key of an RNG stream."""
+
+
+class RngCount(RngState):
+    """The call counter of an RNG stream."""
