@@ -131,7 +131,7 @@ def _to_numpy(leaf: Any, where: str) -> np.ndarray:
     return data if data.flags.c_contiguous else data.copy(order="C")
 
 
-def save(path: PathLike, tree: Any) -> None:
+def save(path: PathLike, tree: Any, *, sync: bool = True) -> None:
     """Write ``tree`` (a model or any PyTree of arrays) to one safetensors file.
 
     Tensors are named by path (``blocks.3.mlp.kernel``); the header records each value's
@@ -140,7 +140,14 @@ def save(path: PathLike, tree: Any) -> None:
     array is stored, and so is a Python number held by a Variable; static parts
     (functions, strings, numbers outside Variables: configuration) are not, and ``load``
     takes them from ``like``.
-    The file is replaced atomically, so a crash mid-write leaves the old file intact.
+
+    The file is written to a temporary file in the same folder, then renamed into place:
+    a crash of the process mid-write leaves the old file (or none) intact, never a
+    partial one. ``sync`` (default) also makes the write durable against a power loss or
+    OS crash by ``fsync``-ing the file before the rename and the folder after it;
+    ``sync=False`` skips both (the OS writes the data back later, as safetensors'
+    ``save_file`` does), which is faster when many checkpoints are written and losing
+    the latest on a power cut is acceptable.
 
     >>> import tempfile, os, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -191,22 +198,27 @@ def save(path: PathLike, tree: Any) -> None:
         )
         tensors[keys[slot]] = data if encoding != "bytes" else data.reshape(-1).view(np.uint8)
     header = fmt.Header(entries, aliases)
-    _atomic_write(path, tensors, header.to_metadata())
+    _atomic_write(path, tensors, header.to_metadata(), sync)
 
 
-def _atomic_write(path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+def _atomic_write(
+    path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str], sync: bool
+) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     os.close(fd)
     try:
         safetensors.numpy.save_file(tensors, tmp, metadata=metadata)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        if sync:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not sync:
+        return
     with contextlib.suppress(OSError):  # make the rename durable where the OS allows it
         dir_fd = os.open(directory, os.O_RDONLY)
         try:

@@ -470,8 +470,9 @@ def test_foreign_safetensors_file_is_rejected(ckpt: str) -> None:
         pm.load(ckpt, {"w": jnp.ones(2)})
 
 
-def test_write_is_atomic(ckpt: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    pm.save(ckpt, {"w": jnp.ones(2)})
+@pytest.mark.parametrize("sync", [True, False])
+def test_write_is_atomic(ckpt: str, monkeypatch: pytest.MonkeyPatch, sync: bool) -> None:
+    pm.save(ckpt, {"w": jnp.ones(2)}, sync=sync)
     before = pathlib.Path(ckpt).read_bytes()
 
     def crash(*args: Any, **kwargs: Any) -> None:
@@ -479,9 +480,23 @@ def test_write_is_atomic(ckpt: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(safetensors.numpy, "save_file", crash)
     with pytest.raises(OSError, match="disk full"):
-        pm.save(ckpt, {"w": jnp.zeros(2)})
+        pm.save(ckpt, {"w": jnp.zeros(2)}, sync=sync)
     assert pathlib.Path(ckpt).read_bytes() == before
     assert os.listdir(os.path.dirname(ckpt)) == ["model.safetensors"]  # no temp file left
+
+
+@pytest.mark.parametrize(("sync", "fsyncs"), [(True, 2), (False, 0)])
+def test_sync_fsyncs_the_file_and_the_folder(
+    ckpt: str, monkeypatch: pytest.MonkeyPatch, sync: bool, fsyncs: int
+) -> None:
+    calls: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real_fsync(fd))
+    net = make_net()
+    pm.save(ckpt, net, sync=sync)
+    assert len(calls) == fsyncs  # the temp file before the rename, the folder after it
+    assert os.listdir(os.path.dirname(ckpt)) == ["model.safetensors"]
+    assert_same(pm.load(ckpt, make_net(seed=1)), net)
 
 
 def test_save_overwrites_and_accepts_pathlike(tmp_path: pathlib.Path) -> None:
