@@ -2,17 +2,22 @@
 
 ``treescope`` is an optional dependency (the ``notebook`` extra): it is imported inside
 ``treescope_repr`` only, so pytreemod imports without it. ``Module.__treescope_repr__``
-(and ``Variable``'s) delegate here. This file imports only the lowest layers of the
-package.
+and ``Variable.__treescope_repr__`` delegate here. This file imports nothing from the
+package: it recognises Modules and Variables by the class attributes they carry, so it
+sits below both (pyproject's layers contract).
 """
 
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ._variables import Variable
-
 __all__ = ["treescope_repr"]
+
+
+def _is_variable(obj: Any) -> bool:
+    """Whether ``obj`` is a pytreemod Variable: its class carries ``_pytreemod_variable``
+    (set by ``Variable``), so this file need not import ``_variables``."""
+    return getattr(type(obj), "_pytreemod_variable", False) is True
 
 
 def _module_attributes(obj: Any) -> dict[str, Any] | None:
@@ -51,7 +56,7 @@ def treescope_repr(obj: Any, path: str | None, subtree_renderer: Callable[..., A
             "`pip install treescope` (or the `notebook` extra of pytreemod)."
         ) from err
 
-    if isinstance(obj, Variable):
+    if _is_variable(obj):
         return repr_lib.render_object_constructor(
             object_type=type(obj),
             attributes={"value": obj.value},

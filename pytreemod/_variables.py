@@ -28,6 +28,7 @@ import jax.tree_util as jtu
 from ._errors import FrozenModuleError, StateWriteError
 from ._repr import format_node, tree_pformat
 from ._tree import Path, format_path, is_array, tree_equal
+from ._treescope import treescope_repr
 
 T = TypeVar("T")
 _V = TypeVar("_V", bound="Variable[Any]")
@@ -83,6 +84,8 @@ class Variable(Generic[T]):
 
     __slots__ = ("value",)
     collection: ClassVar[str] = "variables"
+    # How _treescope (a lower layer, which cannot import this file) recognises a Variable.
+    _pytreemod_variable: ClassVar[bool] = True
     value: T
 
     def __init_subclass__(cls, collection: str | None = None, **kwargs: Any) -> None:
@@ -174,6 +177,11 @@ class Variable(Generic[T]):
     def _pytreemod_pformat(self, indent: int, width: int, used: int) -> str:
         name = type(self).__name__
         return f"{name}({format_node(self.value, indent, width, used + len(name) + 2)})"
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: Callable[..., Any]) -> Any:
+        """Render as ``Param(value=...)``, a foldable node, in notebooks (needs the optional
+        ``treescope``)."""
+        return treescope_repr(self, path, subtree_renderer)
 
 
 jtu.register_dataclass(Variable, data_fields=["value"], meta_fields=[])

@@ -1,5 +1,6 @@
 """treescope rendering of modules and variables: a foldable tree with one child per field."""
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -15,6 +16,7 @@ treescope = pytest.importorskip("treescope")
 
 # What the classes define themselves, before the fixture below replaces it.
 MODULE_HOOK = pm.Module.__dict__.get("__treescope_repr__")
+VARIABLE_HOOK = pm.Variable.__dict__.get("__treescope_repr__")
 
 
 class Block(pm.Module):
@@ -115,6 +117,43 @@ def test_module_classes_delegate_when_wired() -> None:
 
     MODULE_HOOK(Net(), "m", renderer)
     assert seen == ["m.blocks", "m.head"]
+
+
+def test_variables_render_as_foldable_constructor_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The classes' own hooks, not the fixture's direct installation.
+    assert VARIABLE_HOOK is not None and MODULE_HOOK is not None
+    monkeypatch.setattr(pm.Variable, "__treescope_repr__", VARIABLE_HOOK)
+    monkeypatch.setattr(pm.Module, "__treescope_repr__", MODULE_HOOK)
+    seen: list[tuple[Any, str | None]] = []
+
+    def renderer(value: Any, path: str | None = None) -> Any:
+        from treescope import rendering_parts
+
+        seen.append((value, path))
+        return rendering_parts.text("x")
+
+    param = pm.Param(jnp.arange(3.0))
+    rendering = param.__treescope_repr__(".w", renderer)
+    assert "FoldableTreeNode" in repr(rendering.renderable)
+    assert [p for _, p in seen] == [".w.value"] and seen[0][0] is param.value
+    text = treescope.render_to_text(Net())
+    assert len(re.findall(r"weight=Param\(\s*value=<jax\.Array float32", text)) == 2
+    assert len(re.findall(r"stats=BatchStat\(\s*value=", text)) == 2
+    html = treescope.render_to_html(pm.Param(jnp.ones((2, 3))), compressed=False)
+    assert "Param" in html and "value" in html and "foldable" in html
+
+
+def test_treescope_layer_recognises_variables_without_importing_them() -> None:
+    import pytreemod._treescope as ts
+
+    assert "Variable" not in vars(ts)
+    assert ts._is_variable(pm.BatchStat(1.0)) and not ts._is_variable(jnp.ones(2))
+
+    class Lookalike:  # has a value and a collection, but is not a pytreemod Variable
+        value = 1
+        collection = "params"
+
+    assert not ts._is_variable(Lookalike())
 
 
 def test_missing_treescope_is_a_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
