@@ -3,10 +3,10 @@
 Supported: ``Rngs``/``RngStream``; ``Variable``, ``Param``, ``BatchStat``, ``Cache``,
 ``Intermediate``; ``Module``, ``List``, ``Dict``, ``data``; the graph functions ``split``,
 ``merge``, ``state``, ``update``, ``graphdef``, ``clone``, ``iter_graph``; ``State`` with
-``to_pure_dict``, ``replace_by_pure_dict``, ``restore_int_paths``, ``split_state``,
-``filter_state``, ``merge_state``; filters (``Not``, ``All``, ``Any``, ``PathContains``, ...);
-layers ``Linear``, ``Sequential``, ``Dropout``, ``LayerNorm``, ``Embed``. Any other name
-raises ``AttributeError``. See docs/nnx.md.
+``to_pure_dict``, ``replace_by_pure_dict``, ``restore_int_paths``, ``to_flat_state``,
+``split_state``, ``filter_state``, ``merge_state``; filters (``Not``, ``All``, ``Any``,
+``PathContains``, ...); layers ``Linear``, ``Sequential``, ``Dropout``, ``LayerNorm``,
+``Embed``. Any other name raises ``AttributeError``. See docs/nnx.md.
 """
 
 from typing import Any as _Any
@@ -44,6 +44,7 @@ from ._state import merge_state as merge_state
 from ._state import replace_by_pure_dict as replace_by_pure_dict
 from ._state import restore_int_paths as restore_int_paths
 from ._state import split_state as split_state
+from ._state import to_flat_state as to_flat_state
 from ._state import to_pure_dict as to_pure_dict
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache

@@ -188,6 +188,11 @@ def merge_state(state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> Stat
     return State.from_flat_path(flat)
 
 
+def to_flat_state(state: Mapping[Any, Any]) -> list[tuple[Path, Any]]:
+    """``[(path, leaf), ...]`` of a (nested) state, sorted by path."""
+    return State(state).flat_state()
+
+
 def to_pure_dict(
     state: Mapping[Any, Any], extract_fn: Callable[[Any], Any] | None = None
 ) -> dict[Any, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -126,33 +126,51 @@ class Variable:
 
         return np.asarray(self._raw_value, dtype=dtype)
 
+    def _other(self, other: Any) -> Any:
+        return other.get_value() if isinstance(other, Variable) else other
+
+    def __add__(self, other: Any) -> Any:
+        return self._raw_value + self._other(other)
+
+    def __radd__(self, other: Any) -> Any:
+        return self._other(other) + self._raw_value
+
+    def __sub__(self, other: Any) -> Any:
+        return self._raw_value - self._other(other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return self._other(other) - self._raw_value
+
+    def __mul__(self, other: Any) -> Any:
+        return self._raw_value * self._other(other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return self._other(other) * self._raw_value
+
+    def __truediv__(self, other: Any) -> Any:
+        return self._raw_value / self._other(other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return self._other(other) / self._raw_value
+
+    def __matmul__(self, other: Any) -> Any:
+        return self._raw_value @ self._other(other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return self._other(other) @ self._raw_value
+
+    def __pow__(self, other: Any) -> Any:
+        return self._raw_value ** self._other(other)
+
+    def __neg__(self) -> Any:
+        return -self._raw_value
+
+    def __abs__(self) -> Any:
+        return abs(self._raw_value)
+
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self._var_metadata.items())
         return f"{type(self).__name__}(value={self._raw_value!r}{extra})"
-
-
-def _binary(op: Callable[[Any, Any], Any], reflected: bool) -> Callable[[Variable, Any], Any]:
-    def method(self: Variable, other: Any) -> Any:
-        other_value = other.get_value() if isinstance(other, Variable) else other
-        if reflected:
-            return op(other_value, self.get_value())
-        return op(self.get_value(), other_value)
-
-    return method
-
-
-def _install_operators() -> None:
-    import operator
-
-    for name in ("add", "sub", "mul", "truediv", "floordiv", "matmul", "pow", "mod"):
-        op = getattr(operator, name)
-        setattr(Variable, f"__{name}__", _binary(op, reflected=False))
-        setattr(Variable, f"__r{name}__", _binary(op, reflected=True))
-    for name in ("lt", "le", "gt", "ge"):
-        setattr(Variable, f"__{name}__", _binary(getattr(operator, name), reflected=False))
-    Variable.__neg__ = lambda self: -self.get_value()  # type: ignore[method-assign]
-    Variable.__pos__ = lambda self: +self.get_value()  # type: ignore[method-assign]
-    Variable.__abs__ = lambda self: abs(self.get_value())  # type: ignore[method-assign]
 
 
 def _register(cls: type[Variable]) -> None:
@@ -166,7 +184,6 @@ def _register(cls: type[Variable]) -> None:
 
 
 _register(Variable)
-_install_operators()
 
 
 class Param(Variable):

@@ -1,0 +1,53 @@
+"""adapters.nnx Variables: mutable boxes with metadata; pytrees over their value."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from adapters import nnx
+
+
+def test_value_and_ellipsis_indexing_read_and_write():
+    v = nnx.Param(jnp.zeros(3))
+    assert v[...] is v.value
+    v[...] = jnp.ones(3)
+    np.testing.assert_array_equal(v.value, jnp.ones(3))
+    v[1] = 5.0
+    np.testing.assert_array_equal(v.value, jnp.array([1.0, 5.0, 1.0]))
+    assert float(v[1]) == 5.0
+    v.value = jnp.arange(3.0)
+    assert v.shape == (3,) and v.dtype == jnp.float32 and v.ndim == 1 and v.size == 3
+    assert len(v) == 3
+
+
+def test_metadata_attributes_and_replace():
+    v = nnx.BatchStat(jnp.zeros(2), tag="stats")
+    assert v.tag == "stats" and v.get_metadata() == {"tag": "stats"}
+    v.note = 1
+    assert v.get_metadata() == {"tag": "stats", "note": 1}
+    w = v.replace(jnp.ones(2), tag="other")
+    assert type(w) is nnx.BatchStat and w.tag == "other" and w.note == 1
+    np.testing.assert_array_equal(v.value, jnp.zeros(2))  # original untouched
+    with pytest.raises(AttributeError, match="'BatchStat' object has no attribute 'missing'"):
+        _ = v.missing
+
+
+def test_arithmetic_uses_the_value():
+    v = nnx.Param(jnp.array([1.0, 2.0]))
+    np.testing.assert_array_equal(v + 1, jnp.array([2.0, 3.0]))
+    np.testing.assert_array_equal(2 * v, jnp.array([2.0, 4.0]))
+    np.testing.assert_array_equal(-v, jnp.array([-1.0, -2.0]))
+    assert float(v @ v) == 5.0
+    np.testing.assert_array_equal(np.asarray(v), np.array([1.0, 2.0]))
+
+
+def test_variable_is_a_pytree_keeping_type_and_metadata():
+    v = nnx.Param(jnp.ones(2), sharding=("data",))
+    doubled = jax.tree.map(lambda x: 2 * x, v)
+    assert type(doubled) is nnx.Param and doubled.sharding == ("data",)
+    np.testing.assert_array_equal(doubled.value, 2 * jnp.ones(2))
+    assert jax.tree.leaves(v) == [v.value]
+    grads = jax.grad(lambda p: jnp.sum(p.value**2))(v)
+    assert type(grads) is nnx.Param
+    np.testing.assert_array_equal(grads.value, 2 * jnp.ones(2))
