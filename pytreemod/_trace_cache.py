@@ -10,9 +10,7 @@ Outside a trace (eager calls on concrete arrays) the function runs as written, s
 results stay bit-for-bit those of the plain function.
 """
 
-import collections
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -31,14 +29,14 @@ _DYNAMIC = object()  # placeholder of an array argument in a cache key
 def _static_key(value: Any) -> Any:
     """A key equal for equal values of the same types (``1``, ``1.0`` and ``True`` differ,
     as do a list and a tuple); raises TypeError for unhashable values."""
-    if type(value) in (tuple, list):
-        return (type(value), tuple(_static_key(v) for v in value))
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return (kind, tuple(_static_key(v) for v in value))
     hash(value)
-    return (type(value), value)
+    return (kind, value)
 
 
-_entries: collections.OrderedDict[Any, Callable[..., Any] | None] = collections.OrderedDict()
-_lock = threading.Lock()
+_entries: dict[Any, Any] = {}  # key -> jitted replay, or None: call the function as is
 
 
 def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
@@ -71,39 +69,31 @@ def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
 def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     dynamic: list[Any] = []
     traced = False
-    key_args: list[Any] = []
-    for a in args:
-        if isinstance(a, jax.Array):
-            dynamic.append(a)
-            traced = traced or isinstance(a, Tracer)
-            key_args.append(_DYNAMIC)
-        else:
-            key_args.append(a)
-    key_kwargs: list[tuple[str, Any]] = []
-    for name, a in kwargs.items():
-        if isinstance(a, jax.Array):
-            dynamic.append(a)
-            traced = traced or isinstance(a, Tracer)
-            key_kwargs.append((name, _DYNAMIC))
-        else:
-            key_kwargs.append((name, a))
-    if not traced:
-        return fn(*args, **kwargs)
+    parts: list[Any] = [fn]  # positional entries are keys or _DYNAMIC; kwargs add a name
+    key: tuple[Any, ...] = ()
     try:
-        key = (
-            fn,
-            tuple(a if a is _DYNAMIC else _static_key(a) for a in key_args),
-            tuple((k, a if a is _DYNAMIC else _static_key(a)) for k, a in key_kwargs),
-        )
-        with _lock:
-            jitted = _entries.get(key, _DYNAMIC)
-            if jitted is not _DYNAMIC:
-                _entries.move_to_end(key)
+        for a in args:
+            if isinstance(a, jax.Array):
+                dynamic.append(a)
+                traced = traced or isinstance(a, Tracer)
+                parts.append(_DYNAMIC)
+            else:
+                parts.append(_static_key(a))
+        for name, a in kwargs.items():
+            parts.append(name)
+            if isinstance(a, jax.Array):
+                dynamic.append(a)
+                traced = traced or isinstance(a, Tracer)
+                parts.append(_DYNAMIC)
+            else:
+                parts.append(_static_key(a))
+        key = tuple(parts)
+        jitted = _entries.get(key, _DYNAMIC) if traced else None
     except TypeError:  # an unhashable argument: no cache for this call
+        traced, jitted = False, None
+    if not traced or jitted is None:  # eager, uncacheable, or its trace failed before
         return fn(*args, **kwargs)
-    if jitted is None:  # tracing it once failed though calling it worked: call it as is
-        return fn(*args, **kwargs)
-    if not callable(jitted):
+    if jitted is _DYNAMIC:
         jitted = jax.jit(_replay(fn, args, kwargs))
         _store(key, jitted)
     try:
@@ -137,8 +127,6 @@ def _replay(
 
 
 def _store(key: Any, value: Callable[..., Any] | None) -> None:
-    with _lock:
-        _entries[key] = value
-        _entries.move_to_end(key)
-        while len(_entries) > _MAX_ENTRIES:
-            _entries.popitem(last=False)
+    if len(_entries) >= _MAX_ENTRIES:  # a bound on memory; configurations are few in practice
+        _entries.clear()
+    _entries[key] = value
