@@ -14,7 +14,7 @@ is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file.
 
 import contextlib
 import os
-import tempfile
+import secrets
 from typing import Any, TypeVar, cast
 
 import jax
@@ -205,8 +205,10 @@ def _atomic_write(
     path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str], sync: bool
 ) -> None:
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    os.close(fd)
+    # A fresh name (64 random bits), not a file made in advance: safetensors truncating an
+    # existing file makes ext4 (auto_da_alloc) flush it on close, which cost 2.6x the
+    # write of a 400 MB model without sync.
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
     try:
         safetensors.numpy.save_file(tensors, tmp, metadata=metadata)
         if sync:
