@@ -87,7 +87,7 @@ class Config:
         return f"Config({items}\n)"
 
 
-config = Config()
+config: Config = Config()
 """The process-wide flags."""
 
 
@@ -96,7 +96,7 @@ class FlagHolder(Generic[_T]):
 
     def __init__(self, name: str, help: str):
         self.name = name
-        self.__name__ = name[5:] if name.startswith("flax_") else name
+        self.__name__: str = name[5:] if name.startswith("flax_") else name
         self.__doc__ = f"Flag holder for `{name}`.\n\n{help}"
 
     def __bool__(self) -> NoReturn:

@@ -19,7 +19,7 @@ class FlaxId:
     __slots__ = ("id",)
 
     def __init__(self, rawid: int) -> None:
-        self.id = rawid
+        self.id: int = rawid
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FlaxId) and other.id == self.id
@@ -49,5 +49,5 @@ class UUIDManager:
             return FlaxId(next(self._counter))
 
 
-uuid = UUIDManager()
+uuid: UUIDManager = UUIDManager()
 """The process-wide id source: ``adapters.ids.uuid()`` returns a new ``FlaxId``."""

@@ -31,7 +31,7 @@ class _EmptyNode:
     """Marker for an empty dict in a flattened dict (a pytree without leaves)."""
 
 
-empty_node = _EmptyNode()
+empty_node: _EmptyNode = _EmptyNode()
 """Stands for an empty sub-dict in ``flatten_dict(..., keep_empty_nodes=True)``."""
 
 
@@ -177,7 +177,7 @@ class TraverseId(Traversal):
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    t_identity = TraverseId()
+    t_identity: Traversal = TraverseId()
     """The identity traversal, the usual starting point: ``t_identity['params'].each()``."""
 
 

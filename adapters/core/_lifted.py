@@ -43,7 +43,7 @@ class _Broadcast:
         return "broadcast"
 
 
-broadcast = _Broadcast()
+broadcast: _Broadcast = _Broadcast()
 """``in_axes`` entry of ``lift.scan`` for an argument that is not scanned over."""
 
 

@@ -24,7 +24,7 @@ from pytreemod import Partitioned as Partitioned
 from pytreemod import with_logical_partitioning as with_logical_partitioning
 from pytreemod import with_partitioning as with_partitioning
 
-is_axis_metadata = pm.is_box
+is_axis_metadata: Callable[[Any], bool] = pm.is_box
 """Whether a value is an ``AxisMetadata`` box."""
 
 

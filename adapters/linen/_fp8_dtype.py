@@ -87,5 +87,5 @@ class fp8_meta_dtype_wrapper(dtypes.ExtendedDType):
     name = property(__repr__)  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
 
 
-fm32 = fp8_meta_dtype_wrapper(jax.numpy.float32)
-fp32_max_grad = fp8_meta_dtype_wrapper(jax.numpy.float32)
+fm32: fp8_meta_dtype_wrapper = fp8_meta_dtype_wrapper(jax.numpy.float32)
+fp32_max_grad: fp8_meta_dtype_wrapper = fp8_meta_dtype_wrapper(jax.numpy.float32)

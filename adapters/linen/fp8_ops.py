@@ -24,7 +24,7 @@ from ._fp8_dtype import fm32 as fm32
 from ._fp8_dtype import fp8_meta_dtype as fp8_meta_dtype
 from ._fp8_dtype import fp8_meta_dtype_wrapper as fp8_meta_dtype_wrapper
 from ._fp8_dtype import fp32_max_grad as fp32_max_grad
-from .module import Module
+from .module import Module, Variable
 
 OVERWRITE_WITH_GRADIENT = "_overwrite_with_gradient"
 
@@ -422,12 +422,16 @@ class Fp8DotGeneralBase(Module):
         scale = (initializers.ones_init(), key, (1,), jnp.float32)
         history = (initializers.zeros_init(), key, (self.amax_history_length,), jnp.float32)
         col = OVERWRITE_WITH_GRADIENT
-        self.input_amax_history = self.variable(col, "input_amax_history", *history)
-        self.kernel_amax_history = self.variable(col, "kernel_amax_history", *history)
-        self.output_grad_amax_history = self.variable(col, "output_grad_amax_history", *history)
-        self.input_scale = self.variable(col, "input_scale", *scale)
-        self.kernel_scale = self.variable(col, "kernel_scale", *scale)
-        self.output_grad_scale = self.variable(col, "output_grad_scale", *scale)
+        self.input_amax_history: Variable[Any] = self.variable(col, "input_amax_history", *history)
+        self.kernel_amax_history: Variable[Any] = self.variable(
+            col, "kernel_amax_history", *history
+        )
+        self.output_grad_amax_history: Variable[Any] = self.variable(
+            col, "output_grad_amax_history", *history
+        )
+        self.input_scale: Variable[Any] = self.variable(col, "input_scale", *scale)
+        self.kernel_scale: Variable[Any] = self.variable(col, "kernel_scale", *scale)
+        self.output_grad_scale: Variable[Any] = self.variable(col, "output_grad_scale", *scale)
 
 
 class Fp8DotGeneralOp(Fp8DotGeneralBase):

@@ -45,8 +45,8 @@ class PromoteDtypeFn(Protocol):
     def __call__(self, *args: Any, dtype: Any = None, inexact: bool = True) -> list[Any]: ...
 
 
-default_kernel_init = initializers.lecun_normal()
-default_embed_init = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
+default_kernel_init: Initializer = initializers.lecun_normal()
+default_embed_init: Initializer = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
 
 
 def _as_tuple(x: int | Iterable[int]) -> tuple[int, ...]:
@@ -446,7 +446,7 @@ class Embed(Module):
     promote_dtype: PromoteDtypeFn = promote_dtype
 
     def setup(self) -> None:
-        self.embedding = self.param(
+        self.embedding: jax.Array = self.param(
             "embedding",
             self.embedding_init,
             (self.num_embeddings, self.features),

@@ -49,7 +49,7 @@ __all__ = [
     "with_sharding_constraint",
 ]
 
-_ = (_with_sharding_constraint, freeze)  # re-exported names Flax's module also has
+_: tuple[Any, ...] = (_with_sharding_constraint, freeze)  # re-exported names Flax's module also has
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +106,7 @@ def param_with_axes(
     return value
 
 
-class PartitionedVariable(_CoreVariable):
+class PartitionedVariable(_CoreVariable[Any]):
     """A variable whose value is constrained to logical ``axes`` when read and written."""
 
     __slots__ = ("axes", "fallback")
@@ -120,8 +120,8 @@ class PartitionedVariable(_CoreVariable):
         fallback: RulesFallback = RulesFallback.AXIS_IS_UNSHARDED,
     ) -> None:
         super().__init__(scope, collection, name)
-        self.axes = axes
-        self.fallback = fallback
+        self.axes: tuple[str, ...] | None = axes
+        self.fallback: RulesFallback = fallback
 
     @property
     def value(self) -> Any:

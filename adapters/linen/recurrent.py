@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax import random
 
 from pytreemod.nn import functional as F
+from pytreemod.nn.functional import flip_sequences as flip_sequences
 
 from ..core import FrozenDict
 from . import initializers, transforms
@@ -45,8 +46,6 @@ Dtype = Any
 Initializer = Callable[..., Any]
 Carry = Any
 Output = Any
-
-flip_sequences = F.flip_sequences
 
 _logger = logging.getLogger(__name__)
 

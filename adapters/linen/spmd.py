@@ -19,10 +19,9 @@ from jax.sharding import PartitionSpec
 
 import pytreemod as pm
 from pytreemod import LogicallyPartitioned as LogicallyPartitioned
-
-get_logical_axis_rules = pm.get_logical_axis_rules
-set_logical_axis_rules = pm.set_logical_axis_rules
-logical_axis_rules = pm.logical_axis_rules
+from pytreemod import get_logical_axis_rules as get_logical_axis_rules
+from pytreemod import logical_axis_rules as logical_axis_rules
+from pytreemod import set_logical_axis_rules as set_logical_axis_rules
 
 __all__ = [
     "LogicallyPartitioned",

@@ -106,7 +106,7 @@ class AsyncManager:
     """
 
     def __init__(self, max_workers: int = 1):
-        self.executor = ThreadPoolExecutor(max_workers=max_workers)
+        self.executor: ThreadPoolExecutor = ThreadPoolExecutor(max_workers=max_workers)
         self.save_future: Future[Any] | None = None
 
     def wait_previous_save(self) -> None:

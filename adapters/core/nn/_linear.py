@@ -201,7 +201,7 @@ class Embedding:
     __slots__ = ("table",)
 
     def __init__(self, table: Array):
-        self.table = table
+        self.table: Array = table
 
     def lookup(self, indices: Array) -> Array:
         """Rows of the table for integer ``indices`` (a features axis is appended)."""
