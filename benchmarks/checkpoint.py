@@ -3,7 +3,7 @@
 ``flax.serialization`` (``to_bytes``/``from_bytes``, msgpack) — and ``adapters``' copy of
 the latter. Like for like: ``pm.save(sync=False)`` against ``save_file`` alone, and
 ``pm.save()`` (``fsync`` of the file and the folder) against ``save_file`` followed by the
-same ``fsync``\ s.
+same ``fsync``\\ s.
 
 Every contestant starts from the same model of ``jax.Array``\\ s and ends with ``jax.Array``\\ s
 again (raw and msgpack loads are followed by ``jnp.asarray`` of every array, as a program
@@ -176,13 +176,15 @@ def main() -> None:
     model = pm.jit(Stack)(args.layers, key=jax.random.key(0))
     n = sum(x.size for x in jax.tree.leaves(model))
     size = sum(x.nbytes for x in jax.tree.leaves(model))
+    load_before = os.getloadavg()[0]
     times = measure(model, args.rounds)
     raw_save = statistics.median(times[RAW][0])
     raw_load = statistics.median(times[RAW][1])
     print(
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s), Python "
         f"{platform.python_version()}, jax {jax.__version__}, load average "
-        f"{os.getloadavg()[0]:.1f} at the end"
+        f"{load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (a shared "
+        "machine)"
     )
     print()
     print(f"### Save and load of a {n / 1e6:.1f}M-parameter model ({size / 1e6:.0f} MB float32)")
