@@ -41,13 +41,19 @@ class WithTag:
 
 
 class PathContains:
-    """Matches leaves whose path contains ``key``."""
+    """Matches leaves whose path contains ``key`` (``exact=False``: as a substring of a part)."""
 
-    def __init__(self, key: typing.Any) -> None:
+    def __init__(self, key: typing.Any, exact: bool = True) -> None:
         self.key = key
+        self.exact = exact
 
     def __call__(self, path: Path, value: typing.Any) -> bool:
-        return self.key in path
+        if self.exact:
+            return self.key in path
+        return any(str(self.key) in str(part) for part in path)
+
+    def __repr__(self) -> str:
+        return f"PathContains({self.key!r}, exact={self.exact})"
 
 
 class Any:

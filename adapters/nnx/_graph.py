@@ -250,9 +250,9 @@ def update(node: Any, state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -
         for i, key in enumerate(path[:-1]):
             parent = _lookup(parent, key, path[: i + 1])
         target = _lookup(parent, path[-1], path)
-        value = leaf.get_value() if isinstance(leaf, Variable) else leaf
+        value = leaf.get_raw_value() if isinstance(leaf, Variable) else leaf
         if isinstance(target, Variable):
-            target.set_value(value)
+            target.set_raw_value(value)
         else:
             _assign(parent, path[-1], value, path)
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import jax
+import numpy as np
 
 from ._filters import Filter, Path, filters_to_predicates
 from ._variables import Variable
@@ -84,10 +85,19 @@ class State(MutableMapping[Any, Any]):
         except KeyError:
             raise AttributeError(f"No attribute {name!r} in State") from None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        del self[name]
+
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, State):
-            return self._mapping == other._mapping
-        return NotImplemented
+        if not isinstance(other, State):
+            return NotImplemented
+        mine, theirs = self.flat_state(), other.flat_state()
+        return [p for p, _ in mine] == [p for p, _ in theirs] and all(
+            _same_leaf(a, b) for (_, a), (_, b) in zip(mine, theirs, strict=True)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -125,6 +135,21 @@ class State(MutableMapping[Any, Any]):
     def __repr__(self) -> str:
         lines = [f"  {p!r}: {leaf!r}" for p, leaf in self.flat_state()]
         return "State({\n" + ",\n".join(lines) + "\n})" if lines else "State({})"
+
+
+def _same_leaf(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Variable):
+        if a.get_metadata() != b.get_metadata():
+            return False
+        a, b = a.get_value(), b.get_value()
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    except Exception:
+        return False
 
 
 def _flatten_state(state: State) -> tuple[list[Any], tuple[Path, ...]]:

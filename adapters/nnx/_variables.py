@@ -7,6 +7,8 @@ from typing import Any
 
 import jax
 
+_MISSING: Any = object()
+
 
 class Variable:
     """A mutable box around one value (usually an array) with metadata.
@@ -42,7 +44,7 @@ class Variable:
     @property
     def value(self) -> Any:
         """The wrapped value."""
-        return self._raw_value
+        return self.get_value()
 
     @value.setter
     def value(self, value: Any) -> None:
@@ -58,9 +60,40 @@ class Variable:
             value = value.get_value()
         object.__setattr__(self, "_raw_value", value)
 
-    def get_metadata(self) -> dict[str, Any]:
-        """A copy of the metadata dict."""
-        return dict(self._var_metadata)
+    def get_raw_value(self) -> Any:
+        """The wrapped value (same as ``get_value`` here)."""
+        return self._raw_value
+
+    def set_raw_value(self, value: Any) -> None:
+        """Replace the wrapped value in place (same as ``set_value`` here)."""
+        object.__setattr__(self, "_raw_value", value)
+
+    def set_metadata(self, *args: Any, **kwargs: Any) -> None:
+        """``set_metadata(dict)`` replaces all metadata, ``set_metadata(name, value)`` sets one
+        entry, ``set_metadata(**entries)`` updates entries."""
+        if args and kwargs:
+            raise TypeError("Cannot mix positional and keyword arguments in set_metadata")
+        if len(args) == 1:
+            object.__setattr__(self, "_var_metadata", dict(args[0]))
+        elif len(args) == 2:
+            self._var_metadata[args[0]] = args[1]
+        elif args:
+            raise TypeError(f"set_metadata takes 1 or 2 positional arguments, got {len(args)}")
+        else:
+            self._var_metadata.update(kwargs)
+
+    def get_metadata(self, name: str | None = None, default: Any = _MISSING) -> Any:
+        """A copy of the metadata dict, or the entry ``name`` (``default`` if absent)."""
+        if name is None:
+            return dict(self._var_metadata)
+        if name in self._var_metadata:
+            return self._var_metadata[name]
+        if default is _MISSING:
+            raise KeyError(f"{name!r} not found in the metadata of {type(self).__name__}")
+        return default
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.get_value()(*args, **kwargs)
 
     def replace(self, value: Any = None, **metadata: Any) -> Variable:
         """A new Variable of the same type; ``value`` (if given) and ``metadata`` override."""
@@ -89,14 +122,14 @@ class Variable:
 
     def __getitem__(self, index: Any) -> Any:
         if index is Ellipsis:
-            return self._raw_value
-        return self._raw_value[index]
+            return self.get_value()
+        return self.get_value()[index]
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if index is Ellipsis:
             self.set_value(value)
         else:
-            self.set_value(self._raw_value.at[index].set(value))
+            self.set_value(self.get_value().at[index].set(value))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -117,6 +150,19 @@ class Variable:
     def size(self) -> int:
         """Number of elements of the value."""
         return self._raw_value.size
+
+    @property
+    def T(self) -> Any:
+        """The transposed value."""
+        return self._raw_value.T
+
+    def __eq__(self, other: object) -> Any:
+        return self._raw_value == self._other(other)
+
+    def __ne__(self, other: object) -> Any:
+        return self._raw_value != self._other(other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __len__(self) -> int:
         return len(self._raw_value)
@@ -175,7 +221,7 @@ class Variable:
 
 def _register(cls: type[Variable]) -> None:
     def flatten(v: Variable) -> tuple[tuple[Any], tuple[tuple[str, Any], ...]]:
-        return (v.get_value(),), tuple(sorted(v._var_metadata.items()))
+        return (v._raw_value,), tuple(sorted(v._var_metadata.items()))
 
     def unflatten(aux: tuple[tuple[str, Any], ...], children: Any) -> Variable:
         return cls.from_metadata(children[0], dict(aux))

@@ -88,6 +88,9 @@ def test_state_with_filters_drops_non_matching_leaves():
     assert len(params.flat_state()) == 5 and len(stats2.flat_state()) == 1
     named = nnx.state(block, nnx.PathContains("pair"))
     assert [p for p, _ in named.flat_state()] == [("pair", 0)]
+    loose = nnx.state(block, nnx.PathContains("ker", exact=False))
+    assert [p[-1] for p, _ in loose.flat_state()] == ["kernel", "kernel"]
+    assert repr(nnx.PathContains("a")) == "PathContains('a', exact=True)"
     not_params = nnx.state(block, nnx.Not(nnx.Param))
     assert {p for p, _ in not_params.flat_state()} == {("raw",), ("stats", "mean")}
     with pytest.raises(TypeError, match="Invalid collection filter: 3"):

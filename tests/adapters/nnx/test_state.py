@@ -75,6 +75,7 @@ def test_state_is_a_pytree_and_round_trips_through_tree_map():
     leaves, treedef = jax.tree.flatten(state)
     assert len(leaves) == 4
     rebuilt = jax.tree.unflatten(treedef, leaves)
+    assert rebuilt == state and rebuilt != doubled
     assert [p for p, _ in rebuilt.flat_state()] == [p for p, _ in state.flat_state()]
     assert all(
         a.value is b.value for (_, a), (_, b) in zip(rebuilt.flat_state(), state.flat_state())
@@ -107,3 +108,11 @@ def test_unavailable_name_raises_clear_attribute_error():
     ):
         _ = nnx.jit  # type: ignore[attr-defined]
     assert "Linear" in nnx.SUPPORTED and "jit" not in nnx.SUPPORTED
+
+
+def test_attribute_writes_reach_nested_states():
+    state = nnx.State({"a": nnx.Param(jnp.array(1)), "b": {"c": nnx.Param(jnp.array(2))}})
+    state.b.d = nnx.Param(jnp.array(5))
+    assert int(state["b"]["d"][...]) == 5
+    del state.b.c
+    assert list(state["b"]) == ["d"]

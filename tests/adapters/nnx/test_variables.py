@@ -51,3 +51,59 @@ def test_variable_is_a_pytree_keeping_type_and_metadata():
     grads = jax.grad(lambda p: jnp.sum(p.value**2))(v)
     assert type(grads) is nnx.Param
     np.testing.assert_array_equal(grads.value, 2 * jnp.ones(2))
+
+
+def test_equality_compares_values_and_variables_are_unhashable():
+    v = nnx.Param(jnp.array([1.0, 2.0]))
+    np.testing.assert_array_equal(v == jnp.array([1.0, 0.0]), [True, False])
+    np.testing.assert_array_equal(v != nnx.Param(jnp.array([1.0, 0.0])), [False, True])
+    with pytest.raises(TypeError, match="unhashable type: 'Param'"):
+        hash(v)
+
+
+def test_raw_value_transpose_and_set_metadata():
+    v = nnx.Param(jnp.ones((2, 3)), a=1)
+    assert v.get_raw_value() is v.value and v.T.shape == (3, 2)
+    v.set_raw_value(jnp.zeros(1))
+    assert v.shape == (1,)
+    v.set_metadata("b", 2)
+    v.set_metadata(c=3)
+    assert v.get_metadata() == {"a": 1, "b": 2, "c": 3}
+    v.set_metadata({"only": 0})
+    assert v.get_metadata() == {"only": 0}
+    with pytest.raises(TypeError, match="Cannot mix positional and keyword arguments"):
+        v.set_metadata("a", x=1)
+    with pytest.raises(TypeError, match="set_metadata takes 1 or 2 positional arguments, got 3"):
+        v.set_metadata("a", 1, 2)
+
+
+def test_get_metadata_by_name_and_call_proxy():
+    v = nnx.Variable(lambda x: x + 1, kind="fn")
+    assert v.get_metadata("kind") == "fn" and v.get_metadata("other", 0) == 0
+    with pytest.raises(KeyError, match="'other' not found in the metadata of Variable"):
+        v.get_metadata("other")
+    assert v(1) == 2
+
+
+def test_subclass_get_and_set_value_overrides_apply_to_indexing():
+    class Shifted(nnx.Param):
+        def get_value(self):
+            return super().get_value() + 3
+
+        def set_value(self, value):
+            super().set_value(value * 2)
+
+    v = Shifted(jnp.array(1))
+    assert int(v[...]) == 4 and int(v.value) == 4
+    v[...] = 5
+    assert int(v.get_raw_value()) == 10
+
+
+def test_pytree_round_trip_uses_the_raw_value():
+    class Shifted(nnx.Param):
+        def get_value(self):
+            return super().get_value() + 3
+
+    v = Shifted(jnp.array(1))
+    again = jax.tree.map(lambda x: x, v)
+    assert type(again) is Shifted and int(again.get_raw_value()) == 1 and int(again[...]) == 4
