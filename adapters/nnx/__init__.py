@@ -2,8 +2,8 @@
 
 Supported: ``Rngs``/``RngStream``; ``Variable``, ``Param``, ``BatchStat``, ``Cache``,
 ``Intermediate``; ``Module``, ``List``, ``Dict``, ``data``; the graph functions ``split``,
-``merge``, ``state``, ``update``, ``graphdef``, ``clone``, ``iter_graph``; ``State`` with
-``to_pure_dict``, ``replace_by_pure_dict``, ``restore_int_paths``, ``to_flat_state``,
+``merge``, ``state``, ``update``, ``graphdef``, ``clone``, ``iter_graph``, ``eval_shape``;
+``State`` with ``to_pure_dict``, ``replace_by_pure_dict``, ``restore_int_paths``, ``to_flat_state``,
 ``split_state``, ``filter_state``, ``merge_state``; filters (``Not``, ``All``, ``Any``,
 ``PathContains``, ...); layers ``Linear``, ``Sequential``, ``Dropout``, ``LayerNorm``,
 ``Embed``. Any other name raises ``AttributeError``. See docs/nnx.md.
@@ -46,6 +46,7 @@ from ._state import restore_int_paths as restore_int_paths
 from ._state import split_state as split_state
 from ._state import to_flat_state as to_flat_state
 from ._state import to_pure_dict as to_pure_dict
+from ._transforms import eval_shape as eval_shape
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
