@@ -1,5 +1,6 @@
 """adapters.nnx split/merge/state/update over graphs of plain Python objects."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -180,3 +181,40 @@ def test_set_attributes_train_and_eval():
     assert model.layers[0].rate == 0.1
     with pytest.raises(ValueError, match=r"Could not find at least one instance .*\['nope'\]"):
         model.set_attributes(nope=1)
+
+
+def test_functional_training_step_with_jax_jit_and_grad():
+    model = nnx.Sequential(nnx.Linear(2, 4, rngs=nnx.Rngs(0)), nnx.Linear(4, 1, rngs=nnx.Rngs(1)))
+    graphdef, params = nnx.split(model)
+    x, y = jnp.ones((3, 2)), jnp.zeros((3, 1))
+
+    def loss(params, graphdef):
+        return jnp.mean((nnx.merge(graphdef, params)(x) - y) ** 2)
+
+    @jax.jit
+    def step(params):
+        grads = jax.grad(loss)(params, graphdef)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+    new_params = step(params)
+    assert isinstance(new_params, nnx.State)
+    assert type(new_params["layers"][0]["kernel"]) is nnx.Param
+    assert float(loss(new_params, graphdef)) < float(loss(params, graphdef))
+    nnx.update(model, new_params)
+    np.testing.assert_array_equal(model.layers[1].kernel.value, new_params.layers[1].kernel.value)
+    assert hash(graphdef) == hash(nnx.graphdef(model))
+
+
+def test_cycles_round_trip():
+    class Node(nnx.Module):
+        child: "Node"
+        parent: "Node"
+        w: nnx.Param
+
+    parent, child = Node(), Node()
+    parent.child, child.parent = child, parent
+    child.w = nnx.Param(jnp.ones(1))
+    graphdef, state = nnx.split(parent)
+    assert [p for p, _ in state.flat_state()] == [("child", "w")]
+    new = nnx.merge(graphdef, state)
+    assert new.child.parent is new and new.child.w is child.w
