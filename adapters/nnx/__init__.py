@@ -6,7 +6,7 @@ Supported: ``Rngs``/``RngStream``; ``Variable``, ``Param``, ``BatchStat``, ``Cac
 ``State`` with ``to_pure_dict``, ``replace_by_pure_dict``, ``restore_int_paths``, ``to_flat_state``,
 ``split_state``, ``filter_state``, ``merge_state``; filters (``Not``, ``All``, ``Any``,
 ``PathContains``, ...); layers ``Linear``, ``Sequential``, ``Dropout``, ``LayerNorm``,
-``Embed``. Any other name raises ``AttributeError``. See docs/nnx.md.
+``BatchNorm``, ``Embed``. Any other name raises ``AttributeError``. See docs/nnx.md.
 """
 
 from typing import Any as _Any
@@ -29,13 +29,14 @@ from ._graph import state as state
 from ._graph import update as update
 from ._layers import Dropout as Dropout
 from ._layers import Embed as Embed
-from ._layers import LayerNorm as LayerNorm
 from ._layers import Linear as Linear
 from ._layers import Sequential as Sequential
 from ._module import Dict as Dict
 from ._module import List as List
 from ._module import Module as Module
 from ._module import data as data
+from ._normalization import BatchNorm as BatchNorm
+from ._normalization import LayerNorm as LayerNorm
 from ._rngs import Rngs as Rngs
 from ._rngs import RngStream as RngStream
 from ._state import State as State

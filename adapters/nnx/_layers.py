@@ -96,55 +96,6 @@ class Embed(Module):
         return F.attend(query, self.embedding[...], dtype=self.dtype)
 
 
-class LayerNorm(Module):
-    """Layer normalization with learned ``scale`` (ones) and ``bias`` (zeros)."""
-
-    def __init__(
-        self,
-        num_features: int,
-        *,
-        epsilon: float = 1e-6,
-        dtype: Any = None,
-        param_dtype: Any = jnp.float32,
-        use_bias: bool = True,
-        use_scale: bool = True,
-        bias_init: Initializer = jax.nn.initializers.zeros,
-        scale_init: Initializer = jax.nn.initializers.ones,
-        reduction_axes: int | Sequence[int] = -1,
-        feature_axes: int | Sequence[int] = -1,
-        axis_name: str | None = None,
-        use_fast_variance: bool = True,
-        rngs: Rngs,
-    ) -> None:
-        shape = (num_features,)
-        self.scale = Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
-        self.bias = Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
-        self.num_features = num_features
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
-        self.reduction_axes = reduction_axes
-        self.feature_axes = feature_axes
-        self.axis_name = axis_name
-        self.use_fast_variance = use_fast_variance
-
-    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
-        return F.layer_norm(
-            x,
-            None if self.scale is None else self.scale[...],
-            None if self.bias is None else self.bias[...],
-            epsilon=self.epsilon,
-            reduction_axes=self.reduction_axes,
-            feature_axes=self.feature_axes,
-            axis_name=self.axis_name,
-            use_fast_variance=self.use_fast_variance,
-            mask=mask,
-            dtype=self.dtype,
-        )
-
-
 class Dropout(Module):
     """Zeroes inputs with probability ``rate`` and scales the rest by ``1 / (1 - rate)``.
 

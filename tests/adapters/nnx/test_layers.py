@@ -110,3 +110,24 @@ def test_dropout_errors():
         nnx.Dropout(0.5, rngs=3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"rngs must be a Rngs, RngStream or jax\.Array, but got"):
         nnx.Dropout(0.5)(jnp.ones(3), rngs=3)  # type: ignore[arg-type]
+
+
+def test_batch_norm_matches_flax_in_training_and_evaluation():
+    ours = nnx.BatchNorm(3, momentum=0.9, rngs=nnx.Rngs(0))
+    theirs = fnnx.BatchNorm(3, momentum=0.9, rngs=fnnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(3), (8, 3)) * 2.0 + 1.0
+    for _ in range(2):
+        np.testing.assert_allclose(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours.mean.value, theirs.mean[...], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours.var.value, theirs.var[...], rtol=1e-5, atol=1e-6)
+    y = jnp.ones((2, 3))
+    np.testing.assert_allclose(
+        ours(y, use_running_average=True), theirs(y, use_running_average=True), rtol=1e-5, atol=1e-5
+    )
+    _, params, stats = nnx.split(ours, nnx.Param, nnx.BatchStat)
+    assert {p for p, _ in params.flat_state()} == {("scale",), ("bias",)}
+    assert {p for p, _ in stats.flat_state()} == {("mean",), ("var",)}
+    ours.eval()
+    before = ours.mean.value
+    ours(x)
+    assert ours.mean.value is before  # evaluation leaves the running averages alone
