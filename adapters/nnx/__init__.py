@@ -6,11 +6,13 @@ Supported: ``Rngs``/``RngStream``; ``Variable``, ``Param``, ``BatchStat``, ``Cac
 ``State`` with ``to_pure_dict``, ``replace_by_pure_dict``, ``restore_int_paths``, ``to_flat_state``,
 ``split_state``, ``filter_state``, ``merge_state``; filters (``Not``, ``All``, ``Any``,
 ``PathContains``, ...); layers ``Linear``, ``Sequential``, ``Dropout``, ``LayerNorm``,
-``BatchNorm``, ``Embed``. Any other name raises ``AttributeError``. See docs/nnx.md.
+``BatchNorm``, ``Embed``; ``initializers``. Any other name raises ``AttributeError``.
+See docs/nnx.md.
 """
 
 from typing import Any as _Any
 
+from . import initializers as initializers
 from ._filters import All as All
 from ._filters import Any as Any
 from ._filters import Everything as Everything

@@ -131,3 +131,16 @@ def test_batch_norm_matches_flax_in_training_and_evaluation():
     before = ours.mean.value
     ours(x)
     assert ours.mean.value is before  # evaluation leaves the running averages alone
+
+
+def test_initializers_namespace_matches_flax():
+    key = jax.random.key(0)
+    for name in ("lecun_normal", "zeros_init", "ones_init", "xavier_uniform"):
+        ours = getattr(nnx.initializers, name)()
+        theirs = getattr(fnnx.initializers, name)()
+        np.testing.assert_array_equal(ours(key, (3, 2)), theirs(key, (3, 2)))
+    layer = nnx.Linear(2, 2, kernel_init=nnx.initializers.normal(0.5), rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(
+        layer.kernel.value,
+        fnnx.Linear(2, 2, kernel_init=fnnx.initializers.normal(0.5), rngs=fnnx.Rngs(0)).kernel[...],
+    )
