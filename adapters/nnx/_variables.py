@@ -117,6 +117,8 @@ class Variable:
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "value":
             self.set_value(value)
+        elif name in Variable.__slots__:
+            object.__setattr__(self, name, value)
         else:
             self._var_metadata[name] = value
 

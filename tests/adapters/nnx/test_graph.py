@@ -218,3 +218,26 @@ def test_cycles_round_trip():
     assert [p for p, _ in state.flat_state()] == [("child", "w")]
     new = nnx.merge(graphdef, state)
     assert new.child.parent is new and new.child.w is child.w
+
+
+def test_modules_are_pytrees_of_their_state():
+    block = Block(nnx.Rngs(0))
+    assert [a is b for a, b in zip(jax.tree.leaves(block), jax.tree.leaves(nnx.state(block)))] == [
+        True
+    ] * 7
+    zeroed = jax.tree.map(jnp.zeros_like, block)
+    assert type(zeroed) is Block and zeroed.tied is zeroed.layers[0]
+    assert float(jnp.abs(zeroed.layers[1].kernel.value).sum()) == 0.0
+    assert float(jnp.abs(block.layers[1].kernel.value).sum()) > 0.0
+    x = jnp.ones((1, 2))
+    out = jax.jit(lambda m, x: m.layers[1](m.tied(x)))(block, x)
+    np.testing.assert_allclose(out, block.layers[1](block.layers[0](x)), rtol=1e-6)
+
+
+def test_variables_copy_and_deepcopy():
+    import copy
+
+    v = nnx.Param(jnp.ones(2), tag="t")
+    for c in (copy.copy(v), copy.deepcopy(v)):
+        assert type(c) is nnx.Param and c.tag == "t" and c is not v
+        np.testing.assert_array_equal(c.value, v.value)
