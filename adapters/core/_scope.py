@@ -253,6 +253,17 @@ def _hashable(x: Any) -> Any:
 # one trace per distinct shape is reused (``pm.trace_once``). Others (user closures, which
 # may read or write module state) run as given.
 _PURE_INITIALIZER_MODULES = frozenset({"jax.nn.initializers", "jax._src.nn.initializers"})
+_TRACED_INITS: "weakref.WeakKeyDictionary[Any, Callable[..., Any]]" = weakref.WeakKeyDictionary()
+
+
+def _traced_init(init_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``init_fn`` itself, or for a pure ``jax.nn`` initializer its ``pm.trace_once``."""
+    if getattr(init_fn, "__module__", None) not in _PURE_INITIALIZER_MODULES:
+        return init_fn
+    traced = _TRACED_INITS.get(init_fn)
+    if traced is None:
+        traced = _TRACED_INITS[init_fn] = pm.trace_once(init_fn)
+    return traced
 
 
 def _init_shapes(
@@ -757,9 +768,7 @@ class Scope:
             return value
         if not self.is_mutable_collection("params"):
             raise self._missing("params", name, param=True)
-        if getattr(init_fn, "__module__", None) in _PURE_INITIALIZER_MODULES:
-            init_fn = pm.trace_once(init_fn)
-        value = init_fn(self.make_rng("params"), *init_args, **init_kwargs)
+        value = _traced_init(init_fn)(self.make_rng("params"), *init_args, **init_kwargs)
         self.put_variable("params", name, value)
         return _unbox(value) if unbox else value
 
