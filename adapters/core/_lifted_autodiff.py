@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 import pytreemod as pm
 
@@ -147,9 +149,19 @@ def value_and_grad(
         (y, (aux, out_vars)), grads = pm.value_and_grad(
             wrapper, argnums=tuple(range(len(args))), has_aux=True
         )(*args)
+        grads = tuple(jax.tree.map(_float0_if_integer, a, g) for a, g in zip(args, grads))
         return ((y, aux, grads) if has_aux else (y, grads)), out_vars
 
     return pack(inner, (variables,), (variables,), (rngs,), name="value_and_grad")(scope, *primals)
+
+
+def _float0_if_integer(primal: Any, grad: Any) -> Any:
+    """The gradient JAX gives an integer or boolean input: float0 zeros of its shape
+    (``pm.value_and_grad`` leaves such inputs out, with ``None``)."""
+    if grad is None and isinstance(primal, jax.Array | np.ndarray):
+        if not jnp.issubdtype(primal.dtype, jnp.inexact):
+            return np.zeros(primal.shape, jax.dtypes.float0)
+    return grad
 
 
 def custom_vjp(

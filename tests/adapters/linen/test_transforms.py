@@ -141,6 +141,23 @@ def test_direct_value_and_grad_and_vjp() -> None:
     np.testing.assert_allclose(w_grad, x.T, rtol=1e-6)
 
 
+def test_value_and_grad_of_integer_inputs_is_float0_zeros() -> None:
+    # As jax.vjp (Flax's lift) gives: integer inputs get float0 zeros of their shape.
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array, ids: jax.Array) -> Any:
+            def loss(mdl: Scale, x: jax.Array, ids: jax.Array) -> jax.Array:
+                return jnp.sum(mdl(x) * ids[:, None].astype(x.dtype))
+
+            return nn.value_and_grad(loss, Scale(1), x, ids)
+
+    x, ids = jnp.ones((3, 2)), jnp.arange(3)
+    (_, (grad_x, grad_ids)), variables = Net().init_with_output(jax.random.key(0), x, ids)
+    w = variables["params"]["Scale_0"]["w"]
+    assert grad_ids.dtype == jax.dtypes.float0 and grad_ids.shape == (3,)
+    np.testing.assert_allclose(grad_x, ids[:, None].astype(jnp.float32) * w.T, rtol=1e-6)
+
+
 def test_value_and_grad_needs_a_scalar() -> None:
     class Net(nn.Module):
         @nn.compact
