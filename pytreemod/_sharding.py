@@ -62,6 +62,7 @@ from ._errors import ShardingError
 from ._meta import Partitioned, unbox
 from ._module import field
 from ._tree import format_path
+from ._variables import Variable
 
 # ----------------------------------------------------------------------------- boxes
 
@@ -236,8 +237,9 @@ def shard(tree: Any, mesh: AnyMesh | None = None) -> Any:
     """Place every array of ``tree`` on ``mesh`` with the sharding ``get_sharding`` gives.
 
     One ``jax.device_put`` for all arrays; boxes, Variables, modules and non-array leaves
-    are kept. An array that the mesh cannot split evenly is a ``ShardingError`` naming
-    its path.
+    are kept, and a Variable found at several places (tied weights) stays one Variable
+    (``jax.device_put`` of a model would untie it). An array that the mesh cannot split
+    evenly is a ``ShardingError`` naming its path.
     """
     shardings = get_sharding(tree, mesh)
     leaves, treedef = jtu.tree_flatten_with_path(tree, is_leaf=_is_partitioned)
@@ -260,7 +262,23 @@ def shard(tree: Any, mesh: AnyMesh | None = None) -> Any:
             out.append(leaf.replace_boxed(next(placed)))
         else:
             out.append(next(placed))
-    return treedef.unflatten(out)
+    return _retie(tree, treedef.unflatten(out))
+
+
+def _retie(original: Any, rebuilt: Any) -> Any:
+    """``rebuilt`` (``original``'s structure) with the Variables that were one object in
+    ``original`` made one object again: unflattening builds a Variable per place."""
+    is_variable = lambda x: isinstance(x, Variable)
+    before = jax.tree.leaves(original, is_leaf=is_variable)
+    after, treedef = jax.tree.flatten(rebuilt, is_leaf=is_variable)
+    first: dict[int, Any] = {}
+    tied = False
+    for i, (old, new) in enumerate(zip(before, after)):
+        if isinstance(old, Variable):
+            kept = first.setdefault(id(old), new)
+            if kept is not new:
+                after[i], tied = kept, True
+    return treedef.unflatten(after) if tied else rebuilt
 
 
 def with_logical_constraint(

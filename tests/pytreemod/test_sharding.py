@@ -617,6 +617,19 @@ def test_shard_places_arrays_and_keeps_everything_else(mesh: Mesh) -> None:
     assert isinstance(placed, jax.Array) and placed.sharding == NamedSharding(mesh, P())
 
 
+def test_shard_keeps_tied_variables_tied(mesh: Mesh) -> None:
+    shared = pm.Param(pm.Partitioned(jnp.ones((4, 4)), ("data", "model")))
+    tree = {"encoder": shared, "decoder": shared, "other": pm.Param(jnp.zeros(2))}
+    sharded = pm.shard(tree, mesh)
+    assert sharded["encoder"] is sharded["decoder"]
+    assert sharded["other"] is not sharded["encoder"]
+    placed = sharded["encoder"].value
+    assert placed.value.sharding == NamedSharding(mesh, P("data", "model"))
+    # jax.device_put of the same tree builds a Variable per place: the tie is lost
+    untied = jax.device_put(tree)
+    assert untied["encoder"] is not untied["decoder"]
+
+
 def test_shard_rejects_uneven_splits(mesh: Mesh) -> None:
     tree = {"w": pm.Param(pm.Partitioned(_f32(3, 8), ("data", "model")))}
     with pytest.raises(
