@@ -243,7 +243,8 @@ class CursorFindError(FlaxError):
     _documented = True
 
     def __init__(self, cursor: Any = None, cursor2: Any = None):
-        if cursor and cursor2:
+        # ``is not None``: a cursor's truth is its object's length (a leaf has none)
+        if cursor is not None and cursor2 is not None:
             super().__init__(
                 "More than one object found given the conditions of the cond_fn. "
                 "The first two objects found have the following paths: "

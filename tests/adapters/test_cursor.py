@@ -206,6 +206,14 @@ def test_find_errors() -> None:
         c.find(lambda path, v: path.endswith("a"))
 
 
+def test_find_reports_several_leaf_matches() -> None:
+    # Two int leaves match: the error names both paths (Flax 0.12 raises a TypeError
+    # here, asking an int cursor for its length).
+    c = cursor({"a": 1, "b": 2})
+    with pytest.raises(CursorFindError, match=r"paths: \['a'\] and \['b'\]"):
+        c.find(lambda path, v: isinstance(v, int))
+
+
 def test_find_all_stops_at_matches_and_changes_show_in_build() -> None:
     t = Pair(Pair(1, Pair(2)), Pair(3))
     c = cursor(t)
