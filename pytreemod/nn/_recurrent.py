@@ -127,6 +127,23 @@ class _VectorCell(RNNCellBase):
         self.carry_init = carry_init
         self.param_dtype = param_dtype
 
+    def _set_linear_fields(
+        self,
+        spec: dict[str, Any],
+        key: jax.Array,
+        in_features: int,
+        hidden_features: int,
+        carry_init: Callable[..., Any],
+        dtype: Any,
+        param_dtype: Any,
+        precision: Any,
+    ) -> None:
+        """``_set_fields`` with projections built by ``_linears`` from ``spec``."""
+        projections = _linears(
+            spec, hidden_features, key, dtype=dtype, param_dtype=param_dtype, precision=precision
+        )
+        self._set_fields(projections, in_features, hidden_features, carry_init, param_dtype)
+
     def _project(self, name: str, x: jax.Array) -> jax.Array:
         return self.projections[name](x)
 
@@ -193,19 +210,8 @@ class LSTMCell(_VectorCell):
             spec[f"i{gate}"] = (in_features, False, kernel_init, bias_init)
         for gate in "ifgo":
             spec[f"h{gate}"] = (hidden_features, True, recurrent_kernel_init, bias_init)
-        self._set_fields(
-            _linears(
-                spec,
-                hidden_features,
-                key,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                precision=precision,
-            ),
-            in_features,
-            hidden_features,
-            carry_init,
-            param_dtype,
+        self._set_linear_fields(
+            spec, key, in_features, hidden_features, carry_init, dtype, param_dtype, precision
         )
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
@@ -299,19 +305,8 @@ class GRUCell(_VectorCell):
         spec = {f"i{g}": (in_features, True, kernel_init, bias_init) for g in "rzn"}
         for g in "rzn":
             spec[f"h{g}"] = (hidden_features, g == "n", recurrent_kernel_init, bias_init)
-        self._set_fields(
-            _linears(
-                spec,
-                hidden_features,
-                key,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                precision=precision,
-            ),
-            in_features,
-            hidden_features,
-            carry_init,
-            param_dtype,
+        self._set_linear_fields(
+            spec, key, in_features, hidden_features, carry_init, dtype, param_dtype, precision
         )
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
@@ -379,19 +374,8 @@ class MGUCell(_VectorCell):
             "hf": (hidden_features, False, recurrent_kernel_init, activation_bias_init),
             "hn": (hidden_features, reset_gate, recurrent_kernel_init, activation_bias_init),
         }
-        self._set_fields(
-            _linears(
-                spec,
-                hidden_features,
-                key,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                precision=precision,
-            ),
-            in_features,
-            hidden_features,
-            carry_init,
-            param_dtype,
+        self._set_linear_fields(
+            spec, key, in_features, hidden_features, carry_init, dtype, param_dtype, precision
         )
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
@@ -457,19 +441,8 @@ class SimpleCell(_VectorCell):
             "i": (in_features, True, kernel_init, bias_init),
             "h": (hidden_features, False, recurrent_kernel_init, bias_init),
         }
-        self._set_fields(
-            _linears(
-                spec,
-                hidden_features,
-                key,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                precision=precision,
-            ),
-            in_features,
-            hidden_features,
-            carry_init,
-            param_dtype,
+        self._set_linear_fields(
+            spec, key, in_features, hidden_features, carry_init, dtype, param_dtype, precision
         )
         self.activation_fn = activation_fn
         self.residual = residual
