@@ -1,7 +1,5 @@
 """NNX filters: predicates ``(path, value) -> bool`` selecting state leaves."""
 
-from __future__ import annotations
-
 import builtins
 import typing
 from collections.abc import Callable

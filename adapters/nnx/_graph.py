@@ -1,7 +1,5 @@
 """The module graph: split a graph into a static GraphDef plus State, and merge back."""
 
-from __future__ import annotations
-
 import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any

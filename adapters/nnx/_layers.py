@@ -1,7 +1,5 @@
 """NNX layers over ``pytreemod.nn.functional`` (the math lives there)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import Any
 

@@ -1,7 +1,5 @@
 """NNX Module: a plain mutable Python object that is a node of the module graph."""
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -24,7 +22,7 @@ class Module:
         super().__init_subclass__(**kwargs)
         _register(cls)
 
-    def iter_children(self) -> Iterator[tuple[str, Module]]:
+    def iter_children(self) -> Iterator[tuple[str, "Module"]]:
         """``(name, submodule)`` for the direct submodule attributes, sorted by name."""
         for name in sorted(vars(self)):
             value = vars(self)[name]

@@ -1,7 +1,5 @@
 """NNX normalization layers over ``pytreemod.nn.functional``."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import Any
 

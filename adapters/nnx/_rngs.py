@@ -1,7 +1,5 @@
 """NNX Rngs: named RNG streams, each a key plus a counter folded into it per call."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -67,11 +65,11 @@ class RngStream(Module, _RandomMethods):
         self.count.set_value(self.count.get_value() + 1)
         return key
 
-    def fork(self) -> RngStream:
+    def fork(self) -> "RngStream":
         """A new stream seeded by the next key of this one."""
         return type(self)(self(), tag=self.tag)
 
-    def split(self, k: int | tuple[int, ...]) -> RngStream:
+    def split(self, k: int | tuple[int, ...]) -> "RngStream":
         """A new stream whose key is the next key split into shape ``k``."""
         return type(self)(jax.random.split(self(), k), tag=self.tag)
 
@@ -131,10 +129,10 @@ class Rngs(Module, _RandomMethods):
         """``(name, stream)`` pairs."""
         return ((name, vars(self)[name]) for name in self)
 
-    def fork(self) -> Rngs:
+    def fork(self) -> "Rngs":
         """New Rngs whose streams are seeded by the next key of each stream."""
         return Rngs(**{name: stream.fork() for name, stream in self.items()})
 
-    def split(self, k: int | tuple[int, ...]) -> Rngs:
+    def split(self, k: int | tuple[int, ...]) -> "Rngs":
         """New Rngs whose streams' keys are the next key of each stream split into shape ``k``."""
         return Rngs(**{name: stream.split(k) for name, stream in self.items()})

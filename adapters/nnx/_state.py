@@ -1,7 +1,5 @@
 """NNX State: a nested mapping whose leaves are Variables (or raw arrays)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -107,7 +105,7 @@ class State(MutableMapping[Any, Any]):
         return [(p, flat[p]) for p in sorted(flat, key=_sort_key)]
 
     @classmethod
-    def from_flat_path(cls, flat: Mapping[Path, Any] | list[tuple[Path, Any]]) -> State:
+    def from_flat_path(cls, flat: Mapping[Path, Any] | list[tuple[Path, Any]]) -> "State":
         """The State of ``{path: leaf}`` pairs."""
         return cls(unflatten_mapping(dict(flat)))
 
@@ -128,7 +126,7 @@ class State(MutableMapping[Any, Any]):
         return split_state(self, first, *filters)
 
     @staticmethod
-    def merge(state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> State:
+    def merge(state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> "State":
         """One State holding the leaves of all ``states`` (later ones win)."""
         return merge_state(state, *states)
 

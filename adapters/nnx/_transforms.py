@@ -1,7 +1,5 @@
 """NNX's ``eval_shape``: build a module abstractly (no FLOPs, no memory for its arrays)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, TypeVar
 

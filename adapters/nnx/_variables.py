@@ -1,7 +1,5 @@
 """NNX variables: mutable boxes holding a value plus metadata."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +32,7 @@ class Variable:
         _register(cls)
 
     @classmethod
-    def from_metadata(cls, value: Any, metadata: Mapping[str, Any]) -> Variable:
+    def from_metadata(cls, value: Any, metadata: Mapping[str, Any]) -> "Variable":
         """A new ``cls`` holding ``value`` with ``metadata`` (no checks)."""
         obj = object.__new__(cls)
         object.__setattr__(obj, "_raw_value", value)
@@ -95,14 +93,14 @@ class Variable:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.get_value()(*args, **kwargs)
 
-    def replace(self, value: Any = None, **metadata: Any) -> Variable:
+    def replace(self, value: Any = None, **metadata: Any) -> "Variable":
         """A new Variable of the same type; ``value`` (if given) and ``metadata`` override."""
         new_value = self._raw_value if value is None else value
         if isinstance(new_value, Variable):
             new_value = new_value.get_value()
         return type(self).from_metadata(new_value, {**self._var_metadata, **metadata})
 
-    def copy(self) -> Variable:
+    def copy(self) -> "Variable":
         """A shallow copy (same value object, copied metadata)."""
         return type(self).from_metadata(self._raw_value, self._var_metadata)
 
