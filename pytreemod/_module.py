@@ -41,7 +41,7 @@ from ._errors import (
     UninitializedFieldError,
 )
 from ._repr import array_summary, format_group, tree_pformat
-from ._shapecheck import checked
+from ._shapecheck import checked, python_numbers
 from ._tree import format_path, tree_equal
 from ._treescope import treescope_repr
 from ._variables import Variable
@@ -235,6 +235,9 @@ def _typecheck_methods(namespace: dict[str, Any]) -> None:
     ``__init__`` is not checked (modules rebuilt by JAX never run it anyway), nor is a
     method already wrapped by ``checked`` (the layers' own).
     """
+    init = namespace.get("__init__")
+    if isinstance(init, types.FunctionType):  # NumPy scalars arrive as Python numbers
+        namespace["__init__"] = python_numbers(init)
     for key, value in list(namespace.items()):
         if not isinstance(value, types.FunctionType) or key in _UNCHECKED:
             continue
@@ -290,6 +293,8 @@ class _ModuleMeta(ABCMeta):
         cls._pytreemod_typecheck = bool(typecheck)
         # dataclass never overwrites an __init__ defined in the class body itself.
         cls = dataclasses.dataclass(eq=False, repr=False, init=not user_init)(cls)
+        if typecheck and "__init__" not in namespace and "__init__" in cls.__dict__:
+            cls.__init__ = python_numbers(cls.__init__)  # the generated one, as a custom one
         fields = [f for f in dataclasses.fields(cls) if f.name != _MARK]
         for f in fields:
             if not f.init:

@@ -49,8 +49,6 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     parameter is the instance; ``method=None`` takes a first parameter named ``self`` to
     mean a method.
     """
-    from beartype import beartype
-
     signature = inspect.signature(fn)
     first = next(iter(signature.parameters), None)
     is_method = first is not None and (first == "self" if method is None else method)
@@ -61,7 +59,10 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     # checker is built on first call.
     owner: list[type | None] = [None]
     deferred = is_method and _mentions_self(fn)
-    inner: Callable[..., Any] | None = None if deferred else jaxtyped(typechecker=beartype)(fn)
+    inner: Callable[..., Any] | None = (
+        None if deferred else jaxtyped(typechecker=_typechecker())(fn)
+    )
+    slots = number_slots(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -69,7 +70,9 @@ def checked(fn: F, *, method: bool | None = None) -> F:
         nonlocal inner
         if inner is None:
             cls = owner[0] if owner[0] is not None else type(args[0])
-            inner = jaxtyped(typechecker=beartype)(_with_self_as(fn, cls))
+            inner = jaxtyped(typechecker=_typechecker())(_with_self_as(fn, cls))
+        if slots is not None:
+            args, kwargs = as_python_numbers(slots, args, kwargs)
         try:
             return inner(*args, **kwargs)
         except TypeCheckError as error:
@@ -89,6 +92,98 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     if deferred:
         wrapper._pytreemod_owner = owner  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def _is_numeric(hint: Any) -> bool:
+    if hint is int or hint is float or hint is complex:
+        return True
+    return any(_is_numeric(a) for a in typing.get_args(hint))
+
+
+NumberSlots: TypeAlias = tuple[frozenset[int], frozenset[str]]
+
+
+def number_slots(fn: Callable[..., Any]) -> NumberSlots | None:
+    """The positions and names of ``fn``'s parameters annotated with a Python number
+    (``float``, ``int | Sequence[int]``...), or ``None`` when it has none."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an unresolvable forward reference: read the raw annotations
+        hints = getattr(fn, "__annotations__", {})
+    params = list(inspect.signature(fn).parameters.values())
+    names = frozenset(p.name for p in params if _is_numeric(hints.get(p.name)))
+    if not names:
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positions = frozenset(
+        i for i, p in enumerate(params) if p.name in names and p.kind in positional
+    )
+    return positions, names
+
+
+def _as_python(value: Any) -> Any:
+    if isinstance(value, np.generic) and not isinstance(value, np.bool_):
+        return value.item()
+    if type(value) in (tuple, list) and any(isinstance(v, np.generic) for v in value):
+        return type(value)(_as_python(v) for v in value)
+    return value
+
+
+def as_python_numbers(
+    slots: NumberSlots, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args``/``kwargs`` with NumPy scalars in the numeric ``slots`` replaced by the
+    Python numbers they hold (``np.float32(0.5)`` -> ``0.5``, ``(np.int64(2),)`` ->
+    ``(2,)``), so that a NumPy scalar means exactly what the Python number means: weakly
+    typed in JAX arithmetic, hashable the same way in static fields and cache keys."""
+    positions, names = slots
+    if any(i in positions for i in range(len(args))):
+        args = tuple(_as_python(a) if i in positions else a for i, a in enumerate(args))
+    if kwargs and not names.isdisjoint(kwargs):
+        kwargs = {k: _as_python(v) if k in names else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def python_numbers(fn: F) -> F:
+    """Wrap ``fn`` (a typechecked Module's ``__init__``) so that NumPy scalars passed for
+    its numeric parameters arrive as Python numbers (see ``as_python_numbers``)."""
+    slots = number_slots(fn)
+    if slots is None:
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = as_python_numbers(slots, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@functools.cache
+def _typechecker() -> Callable[[Any], Any]:
+    """beartype, configured with Python's numeric tower and NumPy's scalars.
+
+    Python's typing lets an ``int`` stand where ``float`` (or ``complex``) is declared, and
+    code passes NumPy scalars (``np.float32(0.1)``, ``np.int64(3)`` read from a config or an
+    array) where a Python number is meant. beartype alone takes ``float`` literally, so the
+    annotations are widened once, here, for every checked op and method: ``float`` accepts
+    ``int``, ``np.floating`` and ``np.integer``; ``int`` accepts ``np.integer``; ``complex``
+    any real or complex number. Containers are widened too (``Sequence[int]`` takes
+    ``[np.int64(2)]``). beartype is imported on the first check, not with the package.
+    """
+    from beartype import BeartypeConf, FrozenDict, beartype
+
+    overrides = FrozenDict(
+        {
+            float: float | int | np.floating | np.integer,
+            int: int | np.integer,
+            complex: complex | float | int | np.number,
+        }
+    )
+    return beartype(conf=BeartypeConf(hint_overrides=overrides))
 
 
 def _is_self(hint: Any) -> bool:

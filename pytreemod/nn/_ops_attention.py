@@ -16,7 +16,7 @@ from jax import lax
 from jaxtyping import Float, Inexact, Integer, Shaped
 
 from .._errors import LayerConfigError
-from .._shapecheck import AnyArray, checked, fail, summary
+from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
 from ._checks import error_if
 from ._ops_common import promote_dtype
 from ._ops_dropout import check_rate
@@ -252,6 +252,7 @@ def _jax_attention(
     return jnp.reshape(out, (*batch, *out.shape[1:]))
 
 
+@python_numbers
 def make_attention_mask(
     query_input: AnyArray,
     key_input: AnyArray,
@@ -276,6 +277,7 @@ def make_attention_mask(
     return mask.astype(dtype)
 
 
+@python_numbers
 def make_causal_mask(x: AnyArray, extra_batch_dims: int = 0, dtype: Any = bool) -> jax.Array:
     """A ``(*batch, 1, len, len)`` mask letting position ``i`` attend to ``j <= i``, for a
     ``(*batch, len)`` input (only its shape is used).

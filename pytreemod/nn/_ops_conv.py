@@ -10,7 +10,7 @@ from jax import lax
 from jaxtyping import Inexact
 
 from .._errors import LayerConfigError
-from .._shapecheck import AnyArray, axes_text, checked, fail, summary
+from .._shapecheck import AnyArray, axes_text, checked, fail, python_numbers, summary
 from ._ops_common import as_tuple, promote_dtype
 
 PaddingLike: TypeAlias = str | int | Sequence[int | tuple[int, int]]
@@ -21,6 +21,7 @@ spatial axis."""
 _STRING_PADDINGS = ("SAME", "SAME_LOWER", "VALID", "CIRCULAR", "REFLECT", "CAUSAL")
 
 
+@python_numbers
 def canonicalize_padding(padding: PaddingLike, rank: int) -> str | list[tuple[int, int]]:
     """Padding as ``lax`` takes it: a mode string or ``rank`` ``(low, high)`` pairs.
 
@@ -197,6 +198,7 @@ def _prepare_conv(
     return x, batch_shape, pad, strides_, in_dil, k_dil
 
 
+@python_numbers
 def conv_local_shapes(
     x_shape: Sequence[int],
     kernel_size: Sequence[int],
@@ -237,6 +239,7 @@ def conv_local_shapes(
     return (*spatial, int(np.prod(ks)) * in_features, features), (*spatial, features)
 
 
+@python_numbers
 def conv_local(
     x: AnyArray,
     kernel: AnyArray,

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Float, Integer
 
-from .._shapecheck import AnyArray, checked, fail, summary
+from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
 from ._ops_common import promote_dtype
 
 
@@ -56,6 +56,7 @@ def _axes(ndim: int, axes: int | Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(a % ndim for a in ((axes,) if isinstance(axes, int) else axes)))
 
 
+@python_numbers
 def dense_general(
     x: AnyArray,
     kernel: AnyArray,
@@ -190,6 +191,7 @@ def attend(
     return lax.dot_general(query, embedding, dims, precision=precision)
 
 
+@python_numbers
 def einsum_bias_shape(
     equation: str, x_shape: Sequence[int], kernel_shape: Sequence[int]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -15,7 +15,7 @@ from jax import lax
 from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
-from .._shapecheck import AnyArray, checked, fail, summary
+from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
 from ._ops_common import at_least_float32, canonicalize_axes
 
 Axes = int | Sequence[int]
@@ -46,6 +46,7 @@ def _abs_sq(x: jax.Array) -> jax.Array:
     return lax.square(x)
 
 
+@python_numbers
 def compute_stats(
     x: AnyArray,
     axes: Axes,
@@ -123,6 +124,7 @@ def _cast(a: Any, dtype: Any) -> Any:
     return jnp.asarray(a, dtype)
 
 
+@python_numbers
 def normalize(
     x: AnyArray,
     mean: AnyArray | None,
@@ -425,6 +427,7 @@ def batch_norm(
     )
 
 
+@python_numbers
 def ema(running: jax.Array, batch: jax.Array, momentum: float) -> jax.Array:
     """``momentum * running + (1 - momentum) * batch``: a running-average update."""
     return momentum * running + (1.0 - momentum) * jnp.asarray(batch, running.dtype)

@@ -10,11 +10,12 @@ from jax import lax
 from jaxtyping import Float, Shaped
 
 from .._errors import LayerConfigError
-from .._shapecheck import AnyArray, axes_text, checked, fail, summary
+from .._shapecheck import AnyArray, axes_text, checked, fail, python_numbers, summary
 
 PoolPadding = str | Sequence[tuple[int, int]]
 
 
+@python_numbers
 def pool(
     x: Any,
     init: Any,

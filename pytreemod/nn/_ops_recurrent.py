@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jaxtyping import Float, Integer, Shaped
 
 from .._errors import LayerConfigError
-from .._shapecheck import AnyArray, checked
+from .._shapecheck import AnyArray, checked, python_numbers
 from ._ops_common import promote_dtype
 from ._ops_linear import linear
 
@@ -328,6 +328,7 @@ ScanFn = Callable[[Any, Any, int, bool], tuple[Any, Any]]
 """``scan(carry, inputs, time_axis, stack_carries) -> (carry, outputs)``."""
 
 
+@python_numbers
 def rnn(
     scan: ScanFn,
     inputs: Any,
