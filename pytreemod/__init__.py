@@ -48,7 +48,10 @@ from ._jit import jit as jit
 from ._meta import PARTITION_NAME as PARTITION_NAME
 from ._meta import AxisMetadata as AxisMetadata
 from ._meta import Partitioned as Partitioned
+from ._meta import add_axis as add_axis
 from ._meta import is_box as is_box
+from ._meta import map_boxes as map_boxes
+from ._meta import remove_axis as remove_axis
 from ._meta import unbox as unbox
 from ._meta import with_partitioning as with_partitioning
 from ._module import BoundMethod as BoundMethod

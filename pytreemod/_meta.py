@@ -73,6 +73,54 @@ def unbox(tree: Any) -> Any:
     return jtu.tree_map(lambda x: x.unbox() if is_box(x) else x, tree, is_leaf=is_box)
 
 
+def map_boxes(fn: Callable[["AxisMetadata"], Any], tree: Any) -> Any:
+    """Apply ``fn`` to every ``AxisMetadata`` box in ``tree``; other leaves stay as they are.
+
+    A box inside a box is handed to ``fn`` as a whole (the outer box), as ``unbox`` does.
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> tree = {"w": pm.Partitioned(jnp.zeros((2, 3)), ("a", "b")), "n": 1}
+    >>> pm.map_boxes(lambda b: b.replace(names=("x", "y")), tree)["w"].names
+    ('x', 'y')
+    """
+    return jtu.tree_map(lambda x: fn(x) if is_box(x) else x, tree, is_leaf=is_box)
+
+
+def add_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) -> Any:
+    """Call ``box.add_axis(index, params)`` on every ``AxisMetadata`` box in ``tree``.
+
+    The one implementation of a transform adding an axis to boxed values: ``pm.vmap`` and
+    ``pm.scan`` call it on their mapped outputs with their ``metadata_params``. Only the
+    metadata changes; the boxed values are left as they are. Inverse of ``remove_axis``.
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> tree = {"w": pm.Partitioned(jnp.zeros((4, 8)), ("embed", "mlp"))}
+    >>> pm.add_axis(tree, 0, {pm.PARTITION_NAME: "layers"})["w"].names
+    ('layers', 'embed', 'mlp')
+    """
+    p: Mapping[Any, Any] = {} if params is None else params
+    return map_boxes(lambda b: b.add_axis(index, p), tree)
+
+
+def remove_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) -> Any:
+    """Call ``box.remove_axis(index, params)`` on every ``AxisMetadata`` box in ``tree``.
+
+    ``pm.vmap`` and ``pm.scan`` call it on mapped inputs with their ``metadata_params``.
+    Inverse of ``add_axis``; a box whose axis ``index`` does not carry the name in
+    ``params`` raises ``AxisMetadataError``.
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> tree = {"w": pm.Partitioned(jnp.zeros((3, 4, 8)), ("layers", "embed", "mlp"))}
+    >>> pm.remove_axis(tree, 0, {pm.PARTITION_NAME: "layers"})["w"].names
+    ('embed', 'mlp')
+    """
+    p: Mapping[Any, Any] = {} if params is None else params
+    return map_boxes(lambda b: b.remove_axis(index, p), tree)
+
+
 def _as_names(names: Any) -> tuple[Any, ...]:
     return tuple(names)
 

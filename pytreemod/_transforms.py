@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from ._errors import TransformError, require_callable
 from ._filters import Filter, FilterLike, check_collections, to_filter
-from ._meta import is_box
+from ._meta import add_axis, remove_axis
 from ._pack import Skeleton, pack, unpack
 from ._partition import State, partition
 from ._tree import Path, format_path, is_inexact_array
@@ -246,16 +246,12 @@ def _args_spec(spec: Any, nargs: int, what: str) -> Any:
     return spec
 
 
-def _map_boxes(value: Any, fn: Callable[[Any], Any]) -> Any:
-    return jax.tree.map(lambda x: fn(x) if is_box(x) else x, value, is_leaf=is_box)
-
-
 def _remove_axis(axis: int, params: Mapping[Any, Any]) -> Callable[[Any], Any]:
-    return lambda value: _map_boxes(value, lambda b: b.remove_axis(axis, params))
+    return lambda value: remove_axis(value, axis, params)
 
 
 def _add_axis(axis: int, params: Mapping[Any, Any]) -> Callable[[Any], Any]:
-    return lambda value: _map_boxes(value, lambda b: b.add_axis(axis, params))
+    return lambda value: add_axis(value, axis, params)
 
 
 # ----------------------------------------------------------------------------- grad

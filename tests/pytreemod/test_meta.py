@@ -227,3 +227,56 @@ def test_axis_metadata_is_abstract_and_extensible() -> None:
     _, state, rest = pm.partition({"c": c}, "params")
     assert isinstance(state["c"], Counted)
     assert rest == {}
+
+
+def test_tree_add_and_remove_axis_call_every_box() -> None:
+    tree = {
+        "w": pm.Partitioned(_f32(4, 8), ("embed", "mlp")),
+        "param": pm.Param(pm.Partitioned(_f32(8), ("mlp",))),
+        "plain": _f32(3),
+        "n": 2,
+    }
+    added = pm.add_axis(tree, 0, LAYERS)
+    assert added["w"].names == ("layers", "embed", "mlp")
+    assert added["param"].value.names == ("layers", "mlp")
+    assert added["plain"] is tree["plain"]
+    assert added["n"] == 2
+    assert added["w"].value is tree["w"].value  # only metadata changes
+    back = pm.remove_axis(added, 0, LAYERS)
+    assert back == tree
+
+
+def test_tree_remove_axis_with_wrong_name_raises() -> None:
+    tree = {"w": pm.Partitioned(_f32(3, 4), ("layers", "embed"))}
+    with pytest.raises(pm.AxisMetadataError, match="expected axis name 'heads'"):
+        pm.remove_axis(tree, 0, {pm.PARTITION_NAME: "heads"})
+
+
+def test_tree_add_axis_without_params_adds_none() -> None:
+    tree = [pm.Partitioned(_f32(2), ("a",))]
+    assert pm.add_axis(tree, 1)[0].names == ("a", None)
+
+
+def test_map_boxes_hands_the_outer_box() -> None:
+    inner = pm.Partitioned(_f32(2), ("a",))
+    seen: list[Any] = []
+    out = pm.map_boxes(lambda b: seen.append(b) or 7, {"o": pm.Partitioned(inner, ("b",)), "x": 1})
+    assert out == {"o": 7, "x": 1}
+    assert len(seen) == 1 and seen[0].names == ("b",)
+
+
+def test_vmap_uses_the_tree_level_add_axis(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, Any]] = []
+    original = pm.Partitioned.add_axis
+
+    def spy(self: pm.Partitioned, index: int, params: Mapping[Any, Any]) -> pm.Partitioned:
+        calls.append((index, dict(params)))
+        return original(self, index, params)
+
+    monkeypatch.setattr(pm.Partitioned, "add_axis", spy)
+    out = pm.vmap(
+        lambda x: pm.Partitioned(x, ("embed",)),
+        metadata_params={pm.PARTITION_NAME: "batch"},
+    )(_f32(3, 4))
+    assert out.names == ("batch", "embed")
+    assert calls == [(0, {pm.PARTITION_NAME: "batch"})]
