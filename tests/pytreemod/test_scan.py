@@ -316,16 +316,47 @@ def test_scan_without_scanned_input_or_length() -> None:
 
 def test_scanned_inputs_of_different_lengths() -> None:
     c0 = jnp.zeros(2, dtype=jnp.float32)
-    with pytest.raises(pm.TransformError, match=r"args\[2\] has length 4 .* scan length is 3"):
+    with pytest.raises(
+        pm.TransformError,
+        match=r"differ in length: argument `a` \(positional 1\) has 3, argument `b` "
+        r"\(positional 2\) has 4 along the scanned axis",
+    ):
         pm.scan(lambda c, a, b: (c, a), in_axes=(pm.Carry, 0, 0))(
             c0, jnp.ones((3, 2), jnp.float32), jnp.ones((4, 2), jnp.float32)
         )
-    with pytest.raises(pm.TransformError, match=r"args\[1\]\.b has length 4"):
+    with pytest.raises(
+        pm.TransformError, match=r"`t` \(positional 1\) at \.a has 3, argument `t` .* at \.b has 4"
+    ):
         pm.scan(lambda c, t: (c, c), in_axes=(pm.Carry, 0))(
             c0, {"a": jnp.ones(3, jnp.float32), "b": jnp.ones(4, jnp.float32)}
         )
-    with pytest.raises(pm.TransformError, match=r"args\[1\] has length 3 .* scan length is 5"):
+    with pytest.raises(
+        pm.TransformError, match=r"length=5 but argument `x` \(positional 1\) has 3"
+    ):
         pm.scan(_cumsum_step, length=5)(c0, jnp.ones((3, 2), jnp.float32))
+
+
+def test_length_errors_name_variadic_and_method_arguments() -> None:
+    c0 = jnp.zeros(2, dtype=jnp.float32)
+
+    def step(c: jax.Array, *xs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return c, xs[0]
+
+    with pytest.raises(pm.TransformError, match=r"argument `\*xs\[1\]` \(positional 2\) has 5"):
+        pm.scan(step, in_axes=(pm.Carry, 0, 0))(
+            c0, jnp.ones((3, 2), jnp.float32), jnp.ones((5, 2), jnp.float32)
+        )
+
+    class Accumulate(pm.Module):
+        scale: float = pm.field(static=True, default=0.5)
+
+        def step(self, total: jax.Array, item: jax.Array) -> tuple[jax.Array, jax.Array]:
+            return total + self.scale * item, total
+
+    with pytest.raises(
+        pm.TransformError, match=r"length=3 but argument `item` \(positional 1\) has 4"
+    ):
+        pm.scan(Accumulate().step, length=3)(c0, jnp.ones((4, 2), jnp.float32))
 
 
 def test_carry_structure_change_rejected(getkey: Callable[[], jax.Array]) -> None:

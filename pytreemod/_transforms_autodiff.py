@@ -1,0 +1,257 @@
+"""``grad`` and ``value_and_grad`` over modules; ``DiffState`` in ``argnums`` selects the
+state to differentiate."""
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, cast, overload
+
+import jax
+
+from ._errors import TransformError, require_callable
+from ._filters import Filter, FilterLike, check_collections, to_filter
+from ._pack import pack, unpack
+from ._partition import State, partition
+from ._tree import is_inexact_array
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+A = TypeVar("A")
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffState:
+    """Differentiate argument ``argnum`` only in the state ``filter`` selects.
+
+    Used in ``grad``/``value_and_grad``'s ``argnums``; the gradient for this entry is a
+    nested dict shaped like ``pytreemod.state(arg, filter)``.
+    """
+
+    argnum: int
+    filter: FilterLike = True
+
+
+_Argnums = int | DiffState | Sequence[int | DiffState]
+
+_R_co = TypeVar("_R_co", covariant=True)
+_A_co = TypeVar("_A_co", covariant=True)
+
+
+class _GradFn(Protocol[P]):
+    """``pm.grad(fun)``: the gradient has the type of the first argument."""
+
+    def __call__(self, x: T, /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+
+class _GradAuxFn(Protocol[P, _A_co]):
+    """``pm.grad(fun, has_aux=True)``: ``(gradient, aux)``."""
+
+    def __call__(self, x: T, /, *args: P.args, **kwargs: P.kwargs) -> tuple[T, _A_co]: ...
+
+
+class _ValueAndGradFn(Protocol[P, _R_co]):
+    """``pm.value_and_grad(fun)``: ``(fun's value, gradient of the first argument)``."""
+
+    def __call__(self, x: T, /, *args: P.args, **kwargs: P.kwargs) -> tuple[_R_co, T]: ...
+
+
+# The overloads type the result after ``argnums``: the first argument's own type (argnums
+# 0, the default; bound when the wrapper is called, so ``pm.grad(lambda m: ...)(model)``
+# is typed like ``model``), a ``State`` (a ``DiffState``) or ``Any`` (anything else).
+@overload
+def value_and_grad(
+    fun: Callable[Concatenate[Any, P], R], *, argnums: Literal[0] = 0, has_aux: bool = False
+) -> "_ValueAndGradFn[P, R]": ...
+@overload
+def value_and_grad(
+    fun: Callable[P, R], *, argnums: DiffState, has_aux: bool = False
+) -> Callable[P, tuple[R, State]]: ...
+@overload
+def value_and_grad(
+    fun: Callable[P, R], *, argnums: _Argnums = 0, has_aux: bool = False
+) -> Callable[P, tuple[R, Any]]: ...
+# (The decorator forms below "overlap" the general one only in how pyright compares
+# generic callables; the first matching overload is the one that applies.)
+@overload
+def value_and_grad(  # pyright: ignore[reportOverlappingOverload]
+    fun: None = None, *, argnums: Literal[0] = 0, has_aux: bool = False
+) -> Callable[[Callable[Concatenate[Any, P], R]], "_ValueAndGradFn[P, R]"]: ...
+@overload
+def value_and_grad(
+    fun: None = None, *, argnums: DiffState, has_aux: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, tuple[R, State]]]: ...
+@overload
+def value_and_grad(
+    fun: None = None, *, argnums: _Argnums = 0, has_aux: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, tuple[R, Any]]]: ...
+def value_and_grad(
+    fun: Callable[..., Any] | None = None,
+    *,
+    argnums: _Argnums = 0,
+    has_aux: bool = False,
+) -> Any:
+    """``jax.value_and_grad`` over modules. See ``grad`` for ``argnums``.
+
+    Returns ``(value, grads)`` where ``value`` is what ``fun`` returns (``(loss, aux)``
+    with ``has_aux``); the types follow ``fun``'s as for ``grad``.
+    """
+    if fun is None:
+        return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux)
+    require_callable(fun, "value_and_grad")
+    single = not isinstance(argnums, (tuple, list))
+    specs = [argnums] if single else list(cast(Sequence[Any], argnums))
+    norm: list[tuple[int, Filter, bool]] = []
+    for s in specs:
+        if isinstance(s, DiffState):
+            norm.append((s.argnum, to_filter(s.filter), True))
+        elif isinstance(s, int) and not isinstance(s, bool):
+            norm.append((s, to_filter(True), False))
+        else:
+            raise TransformError(
+                f"grad: argnums entries must be ints or DiffState(argnum, filter), got {s!r}."
+            )
+    fun_ = fun
+    checked: list[bool] = []
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for argnum, _, _ in norm:
+            if not -len(args) <= argnum < len(args):
+                raise TransformError(
+                    f"grad: argnums refers to argument {argnum} but the function got "
+                    f"{len(args)} positional arguments."
+                )
+        skel, arrays, slot_values = pack(args)
+        value_of = dict(zip(skel.slots, slot_values))
+        if not checked:  # on the first call: Variable classes are all defined by then
+            for _, filt, as_state in norm:
+                if as_state:
+                    check_collections(filt, "grad: DiffState")
+            checked.append(True)
+        chosen: list[tuple[int, int]] = []  # (array index, spec index)
+        for i, slot in enumerate(skel.array_slots()):
+            path = skel.path(slot)
+            for k, (argnum, filt, _) in enumerate(norm):
+                if (
+                    path[0] == argnum % len(args)
+                    and filt(path[1:], value_of[slot])
+                    and is_inexact_array(arrays[i])
+                ):
+                    chosen.append((i, k))
+                    break
+
+        def f(diff: list[Any]) -> Any:
+            full = list(arrays)
+            for (i, _), x in zip(chosen, diff):
+                full[i] = x
+            return fun_(*unpack(skel, full), **kwargs)
+
+        value, grads = jax.value_and_grad(f, has_aux=has_aux)([arrays[i] for i, _ in chosen])
+        results = []
+        for k, (argnum, filt, as_state) in enumerate(norm):
+            full: list[Any] = [None] * len(arrays)
+            for (i, kk), g in zip(chosen, grads):
+                if kk == k:
+                    full[i] = g
+            grad_arg = unpack(skel, full)[argnum]
+            if as_state:
+                # Select by the argument's own variables, not by their gradients (a filter
+                # on values would see None for what was not differentiated).
+                a = argnum % len(args)
+                keep = {
+                    skel.path(s)[1:]
+                    for s in skel.slots
+                    if skel.path(s)[0] == a and filt(skel.path(s)[1:], value_of[s])
+                }
+                grad_arg = partition((grad_arg,), lambda p, v, keep=keep: p[1:] in keep)[1]
+                grad_arg = grad_arg.get(0, {})
+            results.append(grad_arg)
+        return value, (results[0] if single else tuple(results))
+
+    return wrapper
+
+
+@overload
+def grad(
+    fun: Callable[Concatenate[Any, P], Any],
+    *,
+    argnums: Literal[0] = 0,
+    has_aux: Literal[False] = False,
+) -> "_GradFn[P]": ...
+@overload
+def grad(
+    fun: Callable[Concatenate[Any, P], tuple[Any, A]],
+    *,
+    argnums: Literal[0] = 0,
+    has_aux: Literal[True],
+) -> "_GradAuxFn[P, A]": ...
+@overload
+def grad(
+    fun: Callable[P, Any], *, argnums: DiffState, has_aux: Literal[False] = False
+) -> Callable[P, State]: ...
+@overload
+def grad(
+    fun: Callable[P, tuple[Any, A]], *, argnums: DiffState, has_aux: Literal[True]
+) -> Callable[P, tuple[State, A]]: ...
+@overload
+def grad(
+    fun: Callable[P, Any], *, argnums: _Argnums = 0, has_aux: bool = False
+) -> Callable[P, Any]: ...
+@overload
+def grad(  # pyright: ignore[reportOverlappingOverload]
+    fun: None = None, *, argnums: Literal[0] = 0, has_aux: Literal[False] = False
+) -> Callable[[Callable[Concatenate[Any, P], Any]], "_GradFn[P]"]: ...
+@overload
+def grad(
+    fun: None = None, *, argnums: Literal[0] = 0, has_aux: Literal[True]
+) -> Callable[[Callable[Concatenate[Any, P], tuple[Any, A]]], "_GradAuxFn[P, A]"]: ...
+@overload
+def grad(
+    fun: None = None, *, argnums: DiffState, has_aux: Literal[False] = False
+) -> Callable[[Callable[P, Any]], Callable[P, State]]: ...
+@overload
+def grad(
+    fun: None = None, *, argnums: DiffState, has_aux: Literal[True]
+) -> Callable[[Callable[P, tuple[Any, A]]], Callable[P, tuple[State, A]]]: ...
+@overload
+def grad(
+    fun: None = None, *, argnums: _Argnums = 0, has_aux: bool = False
+) -> Callable[[Callable[P, Any]], Callable[P, Any]]: ...
+def grad(
+    fun: Callable[..., Any] | None = None,
+    *,
+    argnums: _Argnums = 0,
+    has_aux: bool = False,
+) -> Any:
+    """``jax.grad`` over modules.
+
+    **Arguments:**
+
+    - ``fun``: scalar-valued function (or use as ``@pm.grad(argnums=...)``).
+    - ``argnums``: an int (gradient shaped like the argument: a module of the same type
+      holding gradients, ``None`` where a value is not differentiable), a
+      ``DiffState(argnum, filter)`` (gradient of the selected state, as a nested dict like
+      ``pytreemod.state(arg, filter)``), or a tuple of these (a tuple of gradients).
+    - ``has_aux``: ``fun`` returns ``(value, aux)``; then ``(grads, aux)`` is returned.
+
+    Only floating-point arrays are differentiated. A Variable shared by several places
+    (tied weights) gets one gradient, the sum over its uses. If the places are in
+    different arguments, the variable belongs to the first argument that holds it: its
+    whole gradient is reported there (and ``None`` at the later argument's place).
+
+    Typing: with the default ``argnums=0`` the gradient has the type of ``fun``'s first
+    parameter (``pm.grad(loss)(model, x)`` is typed like ``model``); with a ``DiffState``
+    it is a ``State``; the wrapper keeps ``fun``'s parameters.
+    """
+    if fun is None:
+        return functools.partial(grad, argnums=argnums, has_aux=has_aux)
+    require_callable(fun, "grad")
+    vg = value_and_grad(fun, argnums=argnums, has_aux=has_aux)
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        value, grads = vg(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+
+    return wrapper

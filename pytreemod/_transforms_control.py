@@ -1,0 +1,154 @@
+"""``remat``/``checkpoint``, ``cond``, ``switch``, ``while_loop`` and ``eval_shape`` over modules.
+
+Each packs its operands with ``_pack`` and checks that branches and loop bodies keep the
+structure of the state (variables, static fields, metadata) they receive.
+"""
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar, TypeVarTuple, overload
+
+import jax
+
+from ._errors import TransformError, require_callable
+from ._pack import Skeleton, pack, unpack
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+@overload
+def remat(
+    fun: Callable[P, R],
+    *,
+    policy: Callable[..., bool] | None = None,
+    prevent_cse: bool = True,
+) -> Callable[P, R]: ...
+@overload
+def remat(
+    fun: None = None,
+    *,
+    policy: Callable[..., bool] | None = None,
+    prevent_cse: bool = True,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def remat(
+    fun: Callable[..., Any] | None = None,
+    *,
+    policy: Callable[..., bool] | None = None,
+    prevent_cse: bool = True,
+) -> Any:
+    """``jax.checkpoint`` over modules: recompute ``fun``'s intermediates in the backward
+    pass instead of storing them. ``policy`` is one of ``jax.checkpoint_policies``."""
+    if fun is None:
+        return functools.partial(remat, policy=policy, prevent_cse=prevent_cse)
+    require_callable(fun, "remat (checkpoint)")
+    fun_ = fun
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        skel, arrays, _ = pack((args, kwargs))
+        cell: dict[str, Skeleton] = {}
+
+        def inner(arrays: list[Any]) -> list[Any]:
+            a, k = unpack(skel, arrays)
+            oskel, oarrays, _ = pack(fun_(*a, **k))
+            cell["out"] = oskel
+            return oarrays
+
+        out = jax.checkpoint(inner, policy=policy, prevent_cse=prevent_cse)(arrays)
+        return unpack(cell["out"], out)
+
+    return wrapper
+
+
+checkpoint = remat
+
+
+def _branches(
+    name: str, branches: Sequence[Callable[..., Any]], operands: tuple[Any, ...]
+) -> tuple[list[Callable[[list[Any]], list[Any]]], list[Any], list[tuple[int, Skeleton]]]:
+    skel, arrays, _ = pack(operands)
+    outs: list[tuple[int, Skeleton]] = []  # (branch index, output skeleton), in trace order
+
+    def make(i: int, f: Callable[..., Any]) -> Callable[[list[Any]], list[Any]]:
+        def inner(arrays: list[Any]) -> list[Any]:
+            oskel, oarrays, _ = pack(f(*unpack(skel, arrays)))
+            # Checked here, as each branch is traced: JAX compares the branches' array
+            # lists only after tracing them all, with a less helpful error.
+            if outs and oskel != outs[0][1]:
+                j, first = outs[0]
+                raise TransformError(
+                    f"{name}: branch {i} returns {oskel.structure.treedef} but branch {j} "
+                    f"returns {first.structure.treedef}; every branch must return the same "
+                    "variables, static fields and structure (create and update the same "
+                    "state in each)."
+                )
+            outs.append((i, oskel))
+            return oarrays
+
+        return inner
+
+    return [make(i, f) for i, f in enumerate(branches)], arrays, outs
+
+
+def _same_outputs(name: str, outs: list[tuple[int, Skeleton]]) -> Skeleton:
+    """The output skeleton every branch returned (the branches checked it while tracing)."""
+    return outs[0][1]
+
+
+def cond(
+    pred: Any, true_fun: Callable[[*Ts], R], false_fun: Callable[[*Ts], R], *operands: *Ts
+) -> R:
+    """``jax.lax.cond`` over modules: both branches must return the same structure."""
+    fns, arrays, outs = _branches("cond", [true_fun, false_fun], operands)
+    out = jax.lax.cond(pred, fns[0], fns[1], arrays)
+    return unpack(_same_outputs("cond", outs), out)
+
+
+def switch(index: Any, branches: Sequence[Callable[[*Ts], R]], *operands: *Ts) -> R:
+    """``jax.lax.switch`` over modules: every branch must return the same structure."""
+    fns, arrays, outs = _branches("switch", list(branches), operands)
+    out = jax.lax.switch(index, fns, arrays)
+    return unpack(_same_outputs("switch", outs), out)
+
+
+def while_loop(cond_fun: Callable[[T], Any], body_fun: Callable[[T], T], init_val: T) -> T:
+    """``jax.lax.while_loop`` over modules; the loop state keeps its structure."""
+    skel, arrays, _ = pack(init_val)
+
+    def c(arrays: list[Any]) -> Any:
+        return cond_fun(unpack(skel, arrays))
+
+    def b(arrays: list[Any]) -> list[Any]:
+        new_skel, new_arrays, _ = pack(body_fun(unpack(skel, arrays)))
+        if new_skel != skel:
+            raise TransformError(
+                "while_loop: body_fun returned a loop state whose structure differs from "
+                f"init_val ({new_skel.structure.treedef} vs {skel.structure.treedef}); "
+                "keep the same variables and static fields, and create none in the body."
+            )
+        return new_arrays
+
+    return unpack(skel, jax.lax.while_loop(c, b, arrays))
+
+
+def eval_shape(fun: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """``jax.eval_shape`` over modules: arrays in the output become ``ShapeDtypeStruct``s,
+    everything else is returned as is. Useful to build a model without allocating it.
+
+    Typed as ``fun``'s return type (a model skeleton is typed as the model), though its
+    arrays are ``ShapeDtypeStruct``s."""
+    require_callable(fun, "eval_shape")
+    skel, arrays, _ = pack((args, kwargs))
+    cell: dict[str, Skeleton] = {}
+
+    def inner(arrays: list[Any]) -> list[Any]:
+        a, k = unpack(skel, arrays)
+        oskel, oarrays, _ = pack(fun(*a, **k))
+        cell["out"] = oskel
+        return oarrays
+
+    shapes = jax.eval_shape(inner, arrays)
+    return unpack(cell["out"], shapes)
