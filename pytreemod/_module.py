@@ -19,13 +19,15 @@ Invariants (see ``pytreemod/README.md`` for the longer story):
   ``self``), whether the dataclass wrote it or the class did.
 """
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import inspect
 import types
 import warnings
 from abc import ABCMeta
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar, cast, dataclass_transform
 
 import jax
@@ -188,6 +190,47 @@ class _MethodDescriptor:
         return _new_partial(BoundMethod, self.__func__, instance)
 
 
+CallHook = Callable[..., Any]
+"""``hook(func, module, *args, **kwargs)``: runs the call ``module(*args, **kwargs)``,
+whose method is ``func`` (as defined in the class body), in place of ``func(module,
+*args, **kwargs)``, and returns what the call returns."""
+
+# The hook every Module ``__call__`` goes through while one is set (``pm.tabulate``
+# records calls with it); unset, a call pays one ``ContextVar.get`` and nothing else.
+_call_hook: contextvars.ContextVar[CallHook | None] = contextvars.ContextVar(
+    "pytreemod_call_hook", default=None
+)
+
+
+@contextlib.contextmanager
+def hooked_calls(hook: CallHook) -> Iterator[None]:
+    """Route every Module ``__call__`` made in this context through ``hook``.
+
+    Nothing is patched: the ``__call__`` descriptor of every Module class reads the hook
+    (a context variable, so threads and other contexts are unaffected) when the call is
+    looked up, ``model(x)`` and ``model.__call__`` alike.
+    """
+    token = _call_hook.set(hook)
+    try:
+        yield
+    finally:
+        _call_hook.reset(token)
+
+
+class _CallDescriptor(_MethodDescriptor):
+    """``__call__``: a ``BoundMethod`` as any method, routed through the call hook when
+    one is set (``hooked_calls``)."""
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self.__func__
+        hook = _call_hook.get()
+        if hook is None:
+            return _new_partial(BoundMethod, self.__func__, instance)
+        hooked = functools.update_wrapper(functools.partial(hook, self.__func__), self.__func__)
+        return _new_partial(BoundMethod, hooked, instance)
+
+
 def _is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
@@ -282,7 +325,8 @@ class _ModuleMeta(ABCMeta):
         else:
             for key, value in list(namespace.items()):
                 if isinstance(value, types.FunctionType) and _wraps_as_bound_method(key):
-                    namespace[key] = _MethodDescriptor(value)
+                    descriptor = _CallDescriptor if key == "__call__" else _MethodDescriptor
+                    namespace[key] = descriptor(value)
         cls: Any = super().__new__(mcs, name, bases, namespace, **kwargs)
         for method in awaiting_owner:
             method._pytreemod_owner[0] = cls

@@ -1,19 +1,17 @@
 """``tabulate``: a table of a model's submodules, their calls, variables and FLOPs.
 
 The model is run once under ``jax.eval_shape`` (no FLOPs spent, nothing allocated). While
-it runs, the ``__call__`` of every Module class in the model is wrapped so that a call on
-one of the model's submodules records its inputs and outputs (as ``ShapeDtypeStruct``s)
-under the submodule's path; the wrappers pass every other call straight through and are
-removed afterwards. Variables are counted from the model itself, per collection. FLOPs
+it runs, a call hook (``_module.hooked_calls``: a context variable every Module
+``__call__`` reads, no class is patched) records a call on one of the model's submodules,
+its inputs and outputs (as ``ShapeDtypeStruct``s), under the submodule's path; every
+other call runs straight through. Variables are counted from the model itself, per collection. FLOPs
 come from XLA's cost analysis of the lowered call (``jax.jit(f).lower(...)``), for the
 whole model and for each recorded call.
 """
 
-import contextlib
-import contextvars
 import dataclasses
+import functools
 import math
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -22,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._filters import FilterLike
-from ._module import BoundMethod, Module
+from ._module import BoundMethod, Module, hooked_calls
 from ._pack import pack, unpack
 from ._repr import short_dtype, tree_pformat
 from ._state import apply
@@ -246,12 +244,6 @@ def _signature(args: Any, kwargs: Any) -> str:
     return f"({', '.join(parts)})"
 
 
-_recording: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar(
-    "pytreemod_tabulate", default=None
-)
-_patch_lock = threading.RLock()
-
-
 def _abstract(tree: Any) -> Any:
     """``tree`` with every array (tracers included) replaced by a ``ShapeDtypeStruct``."""
 
@@ -263,60 +255,33 @@ def _abstract(tree: Any) -> Any:
     return jax.tree.map(leaf, tree)
 
 
-def _wrap(original: Any) -> Callable[..., Any]:
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        fn = original.__get__(self, type(self))
-        recorder = _recording.get()
-        if recorder is None or id(self) not in recorder.paths or id(self) in recorder.active:
-            return fn(*args, **kwargs)
-        return recorder.call(fn, self, args, kwargs)
+def _record(recorder: _Recorder) -> Callable[..., Any]:
+    """The call hook: a call on one of the model's submodules (not already running) is
+    recorded; every other call runs as it would."""
 
-    __call__._pytreemod_tabulate_original = original  # type: ignore[attr-defined]
-    return __call__
+    def hook(func: Callable[..., Any], module: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(module) not in recorder.paths or id(module) in recorder.active:
+            return func(module, *args, **kwargs)
+        return recorder.call(functools.partial(func, module), module, args, kwargs)
 
-
-@contextlib.contextmanager
-def _intercepting(classes: set[type]) -> Iterator[None]:
-    """Wrap ``__call__`` where each class (or its nearest base) defines it; undo after."""
-    owners: dict[type, Any] = {}
-    for cls in classes:
-        for klass in cls.__mro__:
-            if "__call__" in klass.__dict__:
-                if hasattr(klass.__dict__["__call__"], "__get__"):  # a function/descriptor
-                    owners.setdefault(klass, klass.__dict__["__call__"])
-                break
-    owners.pop(object, None)
-    owners.pop(type, None)
-    with _patch_lock:
-        for klass, original in owners.items():
-            klass.__call__ = _wrap(original)
-        try:
-            yield
-        finally:
-            for klass, original in owners.items():
-                klass.__call__ = original
+    return hook
 
 
 def _trace(
     model: Any, method: str, mutable: FilterLike, args: Any, kwargs: Any
 ) -> tuple[list[_Call], Any]:
     skeleton, arrays, _ = pack((model, args, kwargs))
-    classes = {type(n.module) for n in _nodes(_walk(model, (), 0, {}))}
     cell: dict[str, list[_Call]] = {}
 
     def run(arrays: list[Any]) -> list[Any]:
         m, a, k = unpack(skeleton, arrays)
         recorder = _Recorder(m)
-        token = _recording.set(recorder)
-        try:
+        with hooked_calls(_record(recorder)):
             out = recorder.call(lambda *a, **k: _call(m, method, mutable, a, k), m, a, k)
-        finally:
-            _recording.reset(token)
         cell["calls"] = recorder.calls
         return pack(out)[1]
 
-    with _intercepting(classes):
-        jax.eval_shape(run, arrays)
+    jax.eval_shape(run, arrays)
     return cell["calls"], skeleton
 
 
