@@ -1,4 +1,8 @@
-"""The module graph: split a graph into a static GraphDef plus State, and merge back."""
+"""The module graph: split a graph into a static GraphDef plus State, and merge back.
+
+``GraphNode`` is the base of every object whose attributes form graph nodes (``Module``
+derives from it one layer up), so this file needs no import of ``_module``.
+"""
 
 import dataclasses
 from collections.abc import Iterator, Mapping
@@ -8,16 +12,27 @@ import jax
 import numpy as np
 
 from ._filters import Filter, Path
-from ._module import Module
 from ._state import State, filter_state, flatten_mapping, merge_state, split_state
 from ._variables import Variable
 
 _CONTAINERS = (list, tuple, dict)
 
 
+class GraphNode:
+    """An object whose attributes are graph children (the base of ``nnx.Module``).
+
+    Every subclass is a JAX pytree of its State: ``jax.tree.map`` over a node maps its
+    Variables' values and rebuilds the graph (shared references stay shared).
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+
 def is_graph_node(x: Any) -> bool:
-    """Whether ``x`` is traversed as a node: a Module, list, tuple or dict."""
-    return isinstance(x, (Module, *_CONTAINERS))
+    """Whether ``x`` is traversed as a node: a GraphNode (Module), list, tuple or dict."""
+    return isinstance(x, (GraphNode, *_CONTAINERS))
 
 
 def _is_data(x: Any) -> bool:
@@ -25,7 +40,7 @@ def _is_data(x: Any) -> bool:
 
 
 def _children(node: Any) -> list[tuple[Any, Any]]:
-    if isinstance(node, Module):
+    if isinstance(node, GraphNode):
         items = vars(node)
         return [(k, items[k]) for k in sorted(items)]
     if isinstance(node, dict):
@@ -223,7 +238,7 @@ def merge(graphdef: GraphDef, state: Mapping[Any, Any], /, *states: Mapping[Any,
 
 def _lookup(node: Any, key: Any, path: Path) -> Any:
     try:
-        if isinstance(node, Module):
+        if isinstance(node, GraphNode):
             return vars(node)[key]
         return node[key]
     except (KeyError, IndexError, TypeError):
@@ -231,7 +246,7 @@ def _lookup(node: Any, key: Any, path: Path) -> Any:
 
 
 def _assign(node: Any, key: Any, value: Any, path: Path) -> None:
-    if isinstance(node, Module):
+    if isinstance(node, GraphNode):
         setattr(node, key, value)
     elif isinstance(node, (list, dict)):
         node[key] = value
@@ -280,3 +295,29 @@ def iter_graph(node: Any, /) -> Iterator[tuple[Path, Any]]:
         yield path, value
 
     yield from walk(node, ())
+
+
+def _flatten_node_with_keys(node: GraphNode) -> tuple[list[tuple[Any, Any]], Any]:
+    graph, full = _flatten(node)
+    flat = full.flat_state()
+    keys = [(jax.tree_util.DictKey(path), leaf) for path, leaf in flat]
+    return keys, (graph, tuple(path for path, _ in flat))
+
+
+def _flatten_node(node: GraphNode) -> tuple[list[Any], Any]:
+    children, aux = _flatten_node_with_keys(node)
+    return [leaf for _, leaf in children], aux
+
+
+def _unflatten_node(aux: Any, children: Any) -> GraphNode:
+    graph, paths = aux
+    return merge(graph, State.from_flat_path(dict(zip(paths, children, strict=True))))
+
+
+def _register(cls: type[GraphNode]) -> None:
+    jax.tree_util.register_pytree_with_keys(
+        cls, _flatten_node_with_keys, _unflatten_node, _flatten_node
+    )
+
+
+_register(GraphNode)

@@ -4,6 +4,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 
 _MISSING: Any = object()
 
@@ -168,8 +169,6 @@ class Variable:
         return len(self._raw_value)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
-        import numpy as np
-
         return np.asarray(self._raw_value, dtype=dtype)
 
     def _other(self, other: Any) -> Any:
