@@ -12,13 +12,14 @@ See docs/nnx.md.
 
 from typing import Any as _Any
 
+from pytreemod import All as All
+from pytreemod import Any as Any
+from pytreemod import Everything as Everything
+from pytreemod import Not as Not
+from pytreemod import Nothing as Nothing
+from pytreemod import OfType as OfType
+
 from . import initializers as initializers
-from ._filters import All as All
-from ._filters import Any as Any
-from ._filters import Everything as Everything
-from ._filters import Not as Not
-from ._filters import Nothing as Nothing
-from ._filters import OfType as OfType
 from ._filters import PathContains as PathContains
 from ._filters import WithTag as WithTag
 from ._graph import GraphDef as GraphDef

@@ -11,8 +11,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._filters import Filter, Path
-from ._state import State, filter_state, flatten_mapping, merge_state, split_state
+import pytreemod as pm
+
+from ._state import Path, State, filter_state, flatten_mapping, merge_state, split_state
 from ._variables import Variable
 
 _CONTAINERS = (list, tuple, dict)
@@ -157,7 +158,7 @@ def _flatten(node: Any) -> tuple[GraphDef, State]:
     return GraphDef(root), State.from_flat_path(flattener.leaves)
 
 
-def split(node: Any, *filters: Filter) -> tuple[Any, ...]:
+def split(node: Any, *filters: pm.FilterLike) -> tuple[Any, ...]:
     """``(graphdef, state)``, or ``(graphdef, state_1, ..., state_n)`` for n filters.
 
     Each leaf goes to the first filter that matches it; every leaf must match one.
@@ -174,7 +175,7 @@ def graphdef(node: Any, /) -> GraphDef:
     return _flatten(node)[0]
 
 
-def state(node: Any, *filters: Filter) -> Any:
+def state(node: Any, *filters: pm.FilterLike) -> Any:
     """The State of ``node`` (holding its Variables), or one State per filter."""
     full = _flatten(node)[1]
     if not filters:
