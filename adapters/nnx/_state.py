@@ -4,7 +4,6 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import jax
-import numpy as np
 
 import pytreemod as pm
 
@@ -96,10 +95,7 @@ class State(MutableMapping[Any, Any]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, State):
             return NotImplemented
-        mine, theirs = self.flat_state(), other.flat_state()
-        return [p for p, _ in mine] == [p for p, _ in theirs] and all(
-            _same_leaf(a, b) for (_, a), (_, b) in zip(mine, theirs, strict=True)
-        )
+        return pm.tree_equal(self, other)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -137,21 +133,6 @@ class State(MutableMapping[Any, Any]):
     def __repr__(self) -> str:
         lines = [f"  {p!r}: {leaf!r}" for p, leaf in self.flat_state()]
         return "State({\n" + ",\n".join(lines) + "\n})" if lines else "State({})"
-
-
-def _same_leaf(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, Variable):
-        if a.get_metadata() != b.get_metadata():
-            return False
-        a, b = a.get_value(), b.get_value()
-    try:
-        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
-    except Exception:
-        return False
 
 
 def _flatten_state(state: State) -> tuple[list[Any], tuple[Path, ...]]:
