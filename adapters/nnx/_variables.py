@@ -10,7 +10,7 @@ metadata, so ``jax.tree.map`` keeps it.
 
 import operator
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -39,6 +39,7 @@ class _OwnPytree:
     metadata) instead of pytreemod's value-only one."""
 
     __slots__ = ()
+    collection: ClassVar[str]
 
     def __init_subclass__(cls, collection: str | None = None, **kwargs: Any) -> None:
         super(pm.Variable, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
@@ -46,11 +47,14 @@ class _OwnPytree:
         jax.tree_util.register_pytree_node(cls, _flatten, _unflatten_as(cls))
 
 
-def _binary(op: Callable[[Any, Any], Any]) -> Callable[["Variable", Any], Any]:
+_Op = Callable[["Variable", Any], Any]
+
+
+def _binary(op: Callable[[Any, Any], Any]) -> _Op:
     return lambda self, other: op(self._raw_value, _unwrap(other))
 
 
-def _reflected(op: Callable[[Any, Any], Any]) -> Callable[["Variable", Any], Any]:
+def _reflected(op: Callable[[Any, Any], Any]) -> _Op:
     return lambda self, other: op(_unwrap(other), self._raw_value)
 
 
@@ -199,15 +203,25 @@ class Variable(_OwnPytree, pm.Variable[Any], collection="variables"):
         """The transposed value."""
         return self._raw_value.T
 
-    __hash__ = None  # type: ignore[assignment]
-    __eq__ = _binary(operator.eq)  # type: ignore[assignment]
-    __ne__ = _binary(operator.ne)
-    __add__, __radd__ = _binary(operator.add), _reflected(operator.add)
-    __sub__, __rsub__ = _binary(operator.sub), _reflected(operator.sub)
-    __mul__, __rmul__ = _binary(operator.mul), _reflected(operator.mul)
-    __truediv__, __rtruediv__ = _binary(operator.truediv), _reflected(operator.truediv)
-    __matmul__, __rmatmul__ = _binary(operator.matmul), _reflected(operator.matmul)
-    __pow__ = _binary(operator.pow)
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> Any:  # type: ignore[override]
+        return self._raw_value == _unwrap(other)
+
+    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+        return self._raw_value != _unwrap(other)
+
+    __add__: ClassVar[_Op] = _binary(operator.add)
+    __radd__: ClassVar[_Op] = _reflected(operator.add)
+    __sub__: ClassVar[_Op] = _binary(operator.sub)
+    __rsub__: ClassVar[_Op] = _reflected(operator.sub)
+    __mul__: ClassVar[_Op] = _binary(operator.mul)
+    __rmul__: ClassVar[_Op] = _reflected(operator.mul)
+    __truediv__: ClassVar[_Op] = _binary(operator.truediv)
+    __rtruediv__: ClassVar[_Op] = _reflected(operator.truediv)
+    __matmul__: ClassVar[_Op] = _binary(operator.matmul)
+    __rmatmul__: ClassVar[_Op] = _reflected(operator.matmul)
+    __pow__: ClassVar[_Op] = _binary(operator.pow)
 
     def __neg__(self) -> Any:
         return -self._raw_value

@@ -1,5 +1,7 @@
 """adapters.nnx split/merge/state/update over graphs of plain Python objects."""
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -260,7 +262,6 @@ def test_modules_are_pytrees_of_their_state():
 
 
 def test_variables_copy_and_deepcopy():
-    import copy
 
     v = nnx.Param(jnp.ones(2), tag="t")
     for c in (copy.copy(v), copy.deepcopy(v)):
