@@ -1,24 +1,26 @@
-"""adapters.nnx: a small subset of ``flax.nnx`` over plain Python objects.
+"""adapters.nnx: a subset of ``flax.nnx`` over plain Python objects, built on pytreemod.
 
 Supported: ``Rngs``/``RngStream``; ``Variable``, ``Param``, ``BatchStat``, ``Cache``,
-``Intermediate``; ``Module``, ``List``, ``Dict``, ``data``; the graph functions ``split``,
-``merge``, ``state``, ``update``, ``graphdef``, ``clone``, ``iter_graph``, ``eval_shape``;
-``State`` with ``to_pure_dict``, ``replace_by_pure_dict``, ``restore_int_paths``, ``to_flat_state``,
-``split_state``, ``filter_state``, ``merge_state``; filters (``Not``, ``All``, ``Any``,
-``PathContains``, ...); layers ``Linear``, ``Sequential``, ``Dropout``, ``LayerNorm``,
-``BatchNorm``, ``Embed``; ``initializers``. Any other name raises ``AttributeError``.
-See docs/nnx.md.
+``Intermediate`` (``pm.Variable`` subclasses: ``nnx.Param`` is a ``pm.Param``); ``Module``,
+``List``, ``Dict``, ``data``; the graph functions ``split``, ``merge``, ``state``, ``update``,
+``graphdef``, ``clone``, ``iter_graph``, ``eval_shape``; ``State`` with ``to_pure_dict``,
+``replace_by_pure_dict``, ``restore_int_paths``, ``to_flat_state``, ``split_state``,
+``filter_state``, ``merge_state``; pytreemod's filters (a string is a collection) plus
+``WithTag`` and ``PathContains(exact=)``; layers ``Linear``, ``Sequential``, ``Dropout``,
+``LayerNorm``, ``BatchNorm``, ``Embed``; ``initializers``. Any other name raises an
+``AttributeError`` listing ``SUPPORTED``. See docs/nnx.md.
 """
 
 from typing import Any as _Any
 
+from pytreemod import All as All
+from pytreemod import Any as Any
+from pytreemod import Everything as Everything
+from pytreemod import Not as Not
+from pytreemod import Nothing as Nothing
+from pytreemod import OfType as OfType
+
 from . import initializers as initializers
-from ._filters import All as All
-from ._filters import Any as Any
-from ._filters import Everything as Everything
-from ._filters import Not as Not
-from ._filters import Nothing as Nothing
-from ._filters import OfType as OfType
 from ._filters import PathContains as PathContains
 from ._filters import WithTag as WithTag
 from ._graph import GraphDef as GraphDef

@@ -1,4 +1,8 @@
-"""The module graph: split a graph into a static GraphDef plus State, and merge back."""
+"""The module graph: split a graph into a static GraphDef plus State, and merge back.
+
+``GraphNode`` is the base of every object whose attributes form graph nodes (``Module``
+derives from it one layer up), so this file needs no import of ``_module``.
+"""
 
 import dataclasses
 from collections.abc import Iterator, Mapping
@@ -7,17 +11,29 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._filters import Filter, Path
-from ._module import Module
-from ._state import State, filter_state, flatten_mapping, merge_state, split_state
+import pytreemod as pm
+
+from ._state import Path, State, filter_state, flatten_mapping, merge_state, split_state
 from ._variables import Variable
 
 _CONTAINERS = (list, tuple, dict)
 
 
+class GraphNode:
+    """An object whose attributes are graph children (the base of ``nnx.Module``).
+
+    Every subclass is a JAX pytree of its State: ``jax.tree.map`` over a node maps its
+    Variables' values and rebuilds the graph (shared references stay shared).
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+
 def is_graph_node(x: Any) -> bool:
-    """Whether ``x`` is traversed as a node: a Module, list, tuple or dict."""
-    return isinstance(x, (Module, *_CONTAINERS))
+    """Whether ``x`` is traversed as a node: a GraphNode (Module), list, tuple or dict."""
+    return isinstance(x, (GraphNode, *_CONTAINERS))
 
 
 def _is_data(x: Any) -> bool:
@@ -25,7 +41,7 @@ def _is_data(x: Any) -> bool:
 
 
 def _children(node: Any) -> list[tuple[Any, Any]]:
-    if isinstance(node, Module):
+    if isinstance(node, GraphNode):
         items = vars(node)
         return [(k, items[k]) for k in sorted(items)]
     if isinstance(node, dict):
@@ -142,7 +158,7 @@ def _flatten(node: Any) -> tuple[GraphDef, State]:
     return GraphDef(root), State.from_flat_path(flattener.leaves)
 
 
-def split(node: Any, *filters: Filter) -> tuple[Any, ...]:
+def split(node: Any, *filters: pm.FilterLike) -> tuple[Any, ...]:
     """``(graphdef, state)``, or ``(graphdef, state_1, ..., state_n)`` for n filters.
 
     Each leaf goes to the first filter that matches it; every leaf must match one.
@@ -159,7 +175,7 @@ def graphdef(node: Any, /) -> GraphDef:
     return _flatten(node)[0]
 
 
-def state(node: Any, *filters: Filter) -> Any:
+def state(node: Any, *filters: pm.FilterLike) -> Any:
     """The State of ``node`` (holding its Variables), or one State per filter."""
     full = _flatten(node)[1]
     if not filters:
@@ -223,7 +239,7 @@ def merge(graphdef: GraphDef, state: Mapping[Any, Any], /, *states: Mapping[Any,
 
 def _lookup(node: Any, key: Any, path: Path) -> Any:
     try:
-        if isinstance(node, Module):
+        if isinstance(node, GraphNode):
             return vars(node)[key]
         return node[key]
     except (KeyError, IndexError, TypeError):
@@ -231,7 +247,7 @@ def _lookup(node: Any, key: Any, path: Path) -> Any:
 
 
 def _assign(node: Any, key: Any, value: Any, path: Path) -> None:
-    if isinstance(node, Module):
+    if isinstance(node, GraphNode):
         setattr(node, key, value)
     elif isinstance(node, (list, dict)):
         node[key] = value
@@ -280,3 +296,29 @@ def iter_graph(node: Any, /) -> Iterator[tuple[Path, Any]]:
         yield path, value
 
     yield from walk(node, ())
+
+
+def _flatten_node_with_keys(node: GraphNode) -> tuple[list[tuple[Any, Any]], Any]:
+    graph, full = _flatten(node)
+    flat = full.flat_state()
+    keys = [(jax.tree_util.DictKey(path), leaf) for path, leaf in flat]
+    return keys, (graph, tuple(path for path, _ in flat))
+
+
+def _flatten_node(node: GraphNode) -> tuple[list[Any], Any]:
+    children, aux = _flatten_node_with_keys(node)
+    return [leaf for _, leaf in children], aux
+
+
+def _unflatten_node(aux: Any, children: Any) -> GraphNode:
+    graph, paths = aux
+    return merge(graph, State.from_flat_path(dict(zip(paths, children, strict=True))))
+
+
+def _register(cls: type[GraphNode]) -> None:
+    jax.tree_util.register_pytree_with_keys(
+        cls, _flatten_node_with_keys, _unflatten_node, _flatten_node
+    )
+
+
+_register(GraphNode)

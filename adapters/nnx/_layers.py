@@ -41,7 +41,9 @@ class Linear(Module):
         dot_general: Callable[..., jax.Array] | None = None,
         rngs: Rngs,
     ) -> None:
-        self.kernel = Param(kernel_init(rngs.params(), (in_features, out_features), param_dtype))
+        self.kernel: Param = Param(
+            kernel_init(rngs.params(), (in_features, out_features), param_dtype)
+        )
         self.bias: Param | None = None
         if use_bias:
             self.bias = Param(bias_init(rngs.params(), (out_features,), param_dtype))
@@ -78,12 +80,12 @@ class Embed(Module):
         embedding_init: Initializer = default_embed_init,
         rngs: Rngs,
     ) -> None:
-        self.embedding = Param(
+        self.embedding: Param = Param(
             embedding_init(rngs.params(), (num_embeddings, features), param_dtype)
         )
         self.num_embeddings = num_embeddings
         self.features = features
-        self.dtype = dtype or self.embedding.dtype
+        self.dtype: Any = dtype or self.embedding.dtype
         self.param_dtype = param_dtype
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
@@ -156,7 +158,7 @@ class Sequential(Module):
     """Applies ``fns`` in order; a tuple output is splatted into the next call, a dict as kwargs."""
 
     def __init__(self, *fns: Callable[..., Any]) -> None:
-        self.layers = List(fns)
+        self.layers: List = List(fns)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.layers:

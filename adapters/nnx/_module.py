@@ -3,24 +3,19 @@
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-import jax
-
+from ._graph import GraphNode, iter_graph
 from ._variables import Variable
 
 T = TypeVar("T")
 
 
-class Module:
+class Module(GraphNode):
     """Base class of NNX modules: ordinary mutable objects.
 
     Attributes may hold Variables, submodules, arrays, lists/tuples/dicts of them, and static
     values (anything else). ``nnx.split``/``nnx.state``/``nnx.update`` walk these attributes
     in sorted order; the same object reachable twice is one shared node.
     """
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _register(cls)
 
     def iter_children(self) -> Iterator[tuple[str, "Module"]]:
         """``(name, submodule)`` for the direct submodule attributes, sorted by name."""
@@ -31,8 +26,6 @@ class Module:
 
     def set_attributes(self, *filters: Any, raise_if_not_found: bool = True, **attrs: Any) -> None:
         """Set ``attrs`` on every module in the graph that already has those attributes."""
-        from ._graph import iter_graph
-
         found = set()
         for _, node in iter_graph(self):
             if isinstance(node, Module):
@@ -62,35 +55,6 @@ class Module:
     def __repr__(self) -> str:
         parts = ", ".join(f"{k}={_short(v)}" for k, v in sorted(vars(self).items()))
         return f"{type(self).__name__}({parts})"
-
-
-def _flatten_with_keys(module: Module) -> tuple[list[tuple[Any, Any]], Any]:
-    from ._graph import split
-
-    graphdef, state = split(module)
-    flat = state.flat_state()
-    keys = [(jax.tree_util.DictKey(path), leaf) for path, leaf in flat]
-    return keys, (graphdef, tuple(path for path, _ in flat))
-
-
-def _flatten(module: Module) -> tuple[list[Any], Any]:
-    children, aux = _flatten_with_keys(module)
-    return [leaf for _, leaf in children], aux
-
-
-def _unflatten(aux: Any, children: Any) -> Module:
-    from ._graph import merge
-    from ._state import State
-
-    graphdef, paths = aux
-    return merge(graphdef, State.from_flat_path(dict(zip(paths, children, strict=True))))
-
-
-def _register(cls: type[Module]) -> None:
-    jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, _unflatten, _flatten)
-
-
-_register(Module)
 
 
 def _short(value: Any) -> str:

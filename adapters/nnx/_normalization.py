@@ -36,8 +36,12 @@ class LayerNorm(Module):
         rngs: Rngs,
     ) -> None:
         shape = (num_features,)
-        self.scale = Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
-        self.bias = Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
+        self.scale: Param | None = (
+            Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
+        )
+        self.bias: Param | None = (
+            Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
+        )
         self.num_features = num_features
         self.epsilon = epsilon
         self.dtype = dtype
@@ -89,10 +93,14 @@ class BatchNorm(Module):
         rngs: Rngs,
     ) -> None:
         shape = (num_features,)
-        self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
-        self.var = BatchStat(jnp.ones(shape, jnp.float32))
-        self.scale = Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
-        self.bias = Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
+        self.mean: BatchStat = BatchStat(jnp.zeros(shape, jnp.float32))
+        self.var: BatchStat = BatchStat(jnp.ones(shape, jnp.float32))
+        self.scale: Param | None = (
+            Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
+        )
+        self.bias: Param | None = (
+            Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
+        )
         self.num_features = num_features
         self.use_running_average = use_running_average
         self.axis = axis

@@ -1,7 +1,7 @@
 """NNX Rngs: named RNG streams, each a key plus a counter folded into it per call."""
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +10,7 @@ from ._module import Module
 from ._variables import RngCount, RngKey
 
 RngValue = int | jax.Array
+_Sampler = Callable[..., jax.Array]
 
 
 def _random_method(fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
@@ -24,17 +25,17 @@ def _random_method(fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
 class _RandomMethods:
     """``jax.random`` samplers drawing their key from ``self()``."""
 
-    bernoulli = _random_method(jax.random.bernoulli)
-    bits = _random_method(jax.random.bits)
-    categorical = _random_method(jax.random.categorical)
-    choice = _random_method(jax.random.choice)
-    exponential = _random_method(jax.random.exponential)
-    gumbel = _random_method(jax.random.gumbel)
-    normal = _random_method(jax.random.normal)
-    permutation = _random_method(jax.random.permutation)
-    randint = _random_method(jax.random.randint)
-    truncated_normal = _random_method(jax.random.truncated_normal)
-    uniform = _random_method(jax.random.uniform)
+    bernoulli: ClassVar[_Sampler] = _random_method(jax.random.bernoulli)
+    bits: ClassVar[_Sampler] = _random_method(jax.random.bits)
+    categorical: ClassVar[_Sampler] = _random_method(jax.random.categorical)
+    choice: ClassVar[_Sampler] = _random_method(jax.random.choice)
+    exponential: ClassVar[_Sampler] = _random_method(jax.random.exponential)
+    gumbel: ClassVar[_Sampler] = _random_method(jax.random.gumbel)
+    normal: ClassVar[_Sampler] = _random_method(jax.random.normal)
+    permutation: ClassVar[_Sampler] = _random_method(jax.random.permutation)
+    randint: ClassVar[_Sampler] = _random_method(jax.random.randint)
+    truncated_normal: ClassVar[_Sampler] = _random_method(jax.random.truncated_normal)
+    uniform: ClassVar[_Sampler] = _random_method(jax.random.uniform)
 
     def __call__(self) -> jax.Array:
         raise NotImplementedError

@@ -4,10 +4,13 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import jax
-import numpy as np
 
-from ._filters import Filter, Path, filters_to_predicates
-from ._variables import Variable
+import pytreemod as pm
+
+from ._variables import Variable, _unwrap
+
+Path = tuple[Any, ...]
+"""A path of attribute names (str) and list indices (int)."""
 
 
 def _is_inner(x: Any) -> bool:
@@ -92,10 +95,7 @@ class State(MutableMapping[Any, Any]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, State):
             return NotImplemented
-        mine, theirs = self.flat_state(), other.flat_state()
-        return [p for p, _ in mine] == [p for p, _ in theirs] and all(
-            _same_leaf(a, b) for (_, a), (_, b) in zip(mine, theirs, strict=True)
-        )
+        return pm.tree_equal(self, other)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -117,11 +117,11 @@ class State(MutableMapping[Any, Any]):
         """Same as ``nnx.replace_by_pure_dict(self, pure_dict)``."""
         replace_by_pure_dict(self, pure_dict)
 
-    def filter(self, first: Filter, /, *filters: Filter) -> Any:
+    def filter(self, first: pm.FilterLike, /, *filters: pm.FilterLike) -> Any:
         """The leaves matching each filter: one State, or a tuple for several filters."""
         return filter_state(self, first, *filters)
 
-    def split(self, first: Filter, /, *filters: Filter) -> Any:
+    def split(self, first: pm.FilterLike, /, *filters: pm.FilterLike) -> Any:
         """Same as :func:`split_state`."""
         return split_state(self, first, *filters)
 
@@ -133,21 +133,6 @@ class State(MutableMapping[Any, Any]):
     def __repr__(self) -> str:
         lines = [f"  {p!r}: {leaf!r}" for p, leaf in self.flat_state()]
         return "State({\n" + ",\n".join(lines) + "\n})" if lines else "State({})"
-
-
-def _same_leaf(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, Variable):
-        if a.get_metadata() != b.get_metadata():
-            return False
-        a, b = a.get_value(), b.get_value()
-    try:
-        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
-    except Exception:
-        return False
 
 
 def _flatten_state(state: State) -> tuple[list[Any], tuple[Path, ...]]:
@@ -170,15 +155,28 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
+def _to_filters(filters: tuple[pm.FilterLike, ...]) -> list[pm.Filter]:
+    normal = [pm.to_filter(f) for f in filters]
+    for i, f in enumerate(normal):
+        if isinstance(f, pm.Everything) and not all(
+            isinstance(g, pm.Everything) for g in normal[i + 1 :]
+        ):
+            raise ValueError(
+                f"`...` or `True` can only be used as the last filters, got {filters[i]} at "
+                f"index {i}: it selects everything, so the filters after it get nothing."
+            )
+    return normal
+
+
 def _partition(
-    state: Mapping[Any, Any], filters: tuple[Filter, ...], exhaustive: bool
+    state: Mapping[Any, Any], filters: tuple[pm.FilterLike, ...], exhaustive: bool
 ) -> list[State]:
-    predicates = filters_to_predicates(filters)
-    parts: list[dict[Path, Any]] = [{} for _ in predicates]
+    normal = _to_filters(filters)
+    parts: list[dict[Path, Any]] = [{} for _ in normal]
     rest: dict[Path, Any] = {}
     for path, leaf in flatten_mapping(state).items():
-        for i, predicate in enumerate(predicates):
-            if predicate(path, leaf):
+        for i, f in enumerate(normal):
+            if f(path, leaf):
                 parts[i][path] = leaf
                 break
         else:
@@ -191,13 +189,13 @@ def _partition(
     return [State.from_flat_path(p) for p in parts]
 
 
-def split_state(state: Mapping[Any, Any], first: Filter, /, *filters: Filter) -> Any:
+def split_state(state: Mapping[Any, Any], first: pm.FilterLike, /, *filters: pm.FilterLike) -> Any:
     """Partition ``state`` by filters (each leaf goes to the first match; all must match)."""
     parts = _partition(state, (first, *filters), exhaustive=True)
     return parts[0] if len(parts) == 1 else tuple(parts)
 
 
-def filter_state(state: Mapping[Any, Any], first: Filter, /, *filters: Filter) -> Any:
+def filter_state(state: Mapping[Any, Any], first: pm.FilterLike, /, *filters: pm.FilterLike) -> Any:
     """The leaves of ``state`` matching each filter (non-matching leaves are dropped)."""
     parts = _partition(state, (first, *filters), exhaustive=False)
     return parts[0] if len(parts) == 1 else tuple(parts)
@@ -223,10 +221,6 @@ def to_pure_dict(
     if extract_fn is None:
         extract_fn = _unwrap
     return unflatten_mapping({p: extract_fn(v) for p, v in flatten_mapping(state).items()})
-
-
-def _unwrap(x: Any) -> Any:
-    return x.get_value() if isinstance(x, Variable) else x
 
 
 def _to_int(key: Any) -> Any:

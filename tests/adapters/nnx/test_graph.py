@@ -1,11 +1,14 @@
 """adapters.nnx split/merge/state/update over graphs of plain Python objects."""
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx as fnnx
 
+import pytreemod as pm
 from adapters import nnx
 
 
@@ -74,7 +77,7 @@ def test_split_with_filters_and_merge_of_several_states():
     with pytest.raises(ValueError, match="Non-exhaustive filters, got a non-empty remainder"):
         nnx.split(block, nnx.Param)
     with pytest.raises(
-        ValueError, match=r"`\.\.\.` or `True` can only be used as the last filters"
+        ValueError, match=r"`\.\.\.` or `True` can only be used as the last filters, got "
     ):
         nnx.split(block, ..., nnx.Param)
     with pytest.raises(ValueError, match="merge: the state has no value at path"):
@@ -94,8 +97,32 @@ def test_state_with_filters_drops_non_matching_leaves():
     assert repr(nnx.PathContains("a")) == "PathContains('a', exact=True)"
     not_params = nnx.state(block, nnx.Not(nnx.Param))
     assert {p for p, _ in not_params.flat_state()} == {("raw",), ("stats", "mean")}
-    with pytest.raises(TypeError, match="Invalid collection filter: 3"):
+    with pytest.raises(pm.InvalidFilterError, match=r"3 \(of type int\) is not a filter"):
         nnx.state(block, 3)
+
+
+def test_filters_are_pytreemods_strings_select_collections():
+    block = Block(nnx.Rngs(0))
+    stats = nnx.state(block, "batch_stats")
+    assert [p for p, _ in stats.flat_state()] == [("stats", "mean")]
+    assert nnx.Not is pm.Not and nnx.OfType is pm.OfType
+    # nnx.Param is a pm.Param: pytreemod's type and collection filters select it.
+    assert isinstance(block.layers[0].kernel, pm.Param) and nnx.Param.collection == "params"
+    # pytreemod counts a bare array as a Param; nnx.Param (a subclass) selects Variables only.
+    params = nnx.state(block, pm.Param)
+    assert [p for p, _ in params.flat_state()][-1] == ("raw",)
+    assert len(params.flat_state()) == 6 and len(nnx.state(block, nnx.Param).flat_state()) == 5
+    either = nnx.state(block, pm.to_filter(nnx.BatchStat) | nnx.PathContains("pair"))
+    assert {p for p, _ in either.flat_state()} == {("pair", 0), ("stats", "mean")}
+    assert pm.to_filter(nnx.PathContains("k", exact=False)) == nnx.PathContains("k", False)
+
+
+def test_with_tag_selects_an_rng_stream():
+    rngs = nnx.Rngs(0, dropout=1)
+    dropout = nnx.state(rngs, nnx.WithTag("dropout"))
+    assert {p for p, _ in dropout.flat_state()} == {("dropout", "count"), ("dropout", "key")}
+    keys = nnx.state(rngs, nnx.RngKey)
+    assert {p for p, _ in keys.flat_state()} == {("default", "key"), ("dropout", "key")}
 
 
 def test_graphdef_equal_for_equal_structures_and_hashable():
@@ -235,7 +262,6 @@ def test_modules_are_pytrees_of_their_state():
 
 
 def test_variables_copy_and_deepcopy():
-    import copy
 
     v = nnx.Param(jnp.ones(2), tag="t")
     for c in (copy.copy(v), copy.deepcopy(v)):

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import pytreemod as pm
 from adapters import nnx
 
 
@@ -107,3 +108,21 @@ def test_pytree_round_trip_uses_the_raw_value():
     v = Shifted(jnp.array(1))
     again = jax.tree.map(lambda x: x, v)
     assert type(again) is Shifted and int(again.get_raw_value()) == 1 and int(again[...]) == 4
+
+
+def test_nnx_variables_are_mutable_pytreemod_variables():
+    v = nnx.BatchStat(jnp.zeros(2), note=1)
+    assert isinstance(v, pm.BatchStat) and v.collection == "batch_stats"
+    assert pm.to_filter("batch_stats")((), v) and not pm.to_filter("params")((), v)
+    v.set(jnp.ones(2))  # in place, as set_value (pytreemod's set records into pm.apply)
+    np.testing.assert_array_equal(v.get(), jnp.ones(2))
+    del v.note
+    assert v.get_metadata() == {}
+    with pytest.raises(AttributeError, match="BatchStat has no metadata 'note'"):
+        del v.note
+
+    class Count(nnx.Variable):
+        pass
+
+    assert Count.collection == "Count" and nnx.Variable.collection == "variables"
+    assert jax.tree.map(lambda x: x + 1, Count(1, tag="t")).tag == "t"
