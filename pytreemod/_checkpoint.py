@@ -15,6 +15,7 @@ is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file.
 import contextlib
 import os
 import secrets
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 import jax
@@ -22,8 +23,8 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 import safetensors
-import safetensors.numpy
 
+from . import _checkpoint_file as cfile
 from . import _checkpoint_format as fmt
 from ._errors import CheckpointError, CheckpointFormatError, CheckpointMismatchError
 from ._filters import Everything, FilterLike, check_collections, to_filter
@@ -198,11 +199,14 @@ def save(path: PathLike, tree: Any, *, sync: bool = True) -> None:
         )
         tensors[keys[slot]] = data if encoding != "bytes" else data.reshape(-1).view(np.uint8)
     header = fmt.Header(entries, aliases)
-    _atomic_write(path, tensors, header.to_metadata(), sync)
+    _atomic_write(path, tensors, header.to_metadata, sync)
 
 
 def _atomic_write(
-    path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str], sync: bool
+    path: str,
+    tensors: dict[str, np.ndarray],
+    metadata_of: Callable[[Mapping[str, str]], dict[str, str]],
+    sync: bool,
 ) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     # A fresh name (64 random bits), not a file made in advance: safetensors truncating an
@@ -210,7 +214,7 @@ def _atomic_write(
     # write of a 400 MB model without sync.
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
     try:
-        safetensors.numpy.save_file(tensors, tmp, metadata=metadata)
+        cfile.write(tmp, tensors, metadata_of)  # hashes each tensor as it writes it
         if sync:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
@@ -274,7 +278,9 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
         with safetensors.safe_open(path, framework="np") as f:
             names = list(f.keys())
             shapes = {n: _slice_info(f, n) for n in names}
-            header = fmt.parse_header(f.metadata(), shapes, path)
+            metadata = f.metadata()
+            checked = metadata is not None and cfile.verify_header(path, metadata)
+            header = fmt.parse_header(metadata, shapes, path, header_checked=checked)
             selected, ties = _check(path, structure, values, keys, header, pred)
             loaded = {  # placed one by one: one host copy at a time
                 slot: _place(_read(f, path, header.entries[keys[slot]]), _peel(values[slot])[1])
@@ -427,6 +433,9 @@ def _difference(structure: Structure, slot: int, value: Any, entry: fmt.Entry) -
 
 def _read(f: Any, path: str, entry: fmt.Entry) -> Any:
     data = f.get_tensor(entry.key)
+    if entry.checksum is not None:
+        what = f"{format_path(entry.path)} (tensor {entry.key!r})"
+        cfile.verify_tensor(path, what, data, entry.checksum.partition(":")[2])
     if entry.encoding == "bytes":
         return np.frombuffer(data.tobytes(), dtype=fmt.DTYPES[entry.dtype]).reshape(entry.shape)
     if entry.encoding == "key":
