@@ -430,7 +430,20 @@ def _restore_orbax(path: str, target: Any, checkpointer: Any, transforms: Any) -
         except Exception as e:  # JSON, tensorstore, missing files: say which checkpoint
             raise CheckpointReadError(_orbax_failure(path, e)) from e
     restored = serialization.to_state_dict(restored)
-    return restored if target is None else serialization.from_state_dict(target, restored)
+    return restored if target is None else _into_target(path, target, restored)
+
+
+def _into_target(path: str, target: Any, state: Any) -> Any:
+    """``from_state_dict``; a checkpoint that does not fit ``target`` names its path."""
+    try:
+        return serialization.from_state_dict(target, state)
+    except errors.FlaxError:
+        raise
+    except (ValueError, TypeError, KeyError) as e:
+        raise CheckpointReadError(
+            f"{path}: the checkpoint does not fit the target: {e} (it was written for "
+            "another structure, or is damaged)."
+        ) from e
 
 
 def restore_checkpoint(
@@ -489,4 +502,4 @@ def restore_checkpoint(
     logger.info("Restoring legacy Flax checkpoint from %s", ckpt_path)
     state = _read_msgpack(ckpt_path)
     state = restore_mpas(state, target, ckpt_path, step, gda_manager, allow_partial_mpa_restoration)
-    return state if target is None else serialization.from_state_dict(target, state)
+    return state if target is None else _into_target(ckpt_path, target, state)
