@@ -26,6 +26,7 @@ import safetensors
 
 from . import _checkpoint_file as cfile
 from . import _checkpoint_format as fmt
+from ._checkpoint_orbax import load_orbax
 from ._errors import CheckpointError, CheckpointFormatError, CheckpointMismatchError
 from ._filters import Everything, FilterLike, check_collections, to_filter
 from ._meta import AxisMetadata
@@ -241,7 +242,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
 
     **Arguments:**
 
-    - ``path``: the file.
+    - ``path``: the file; or an Orbax checkpoint directory holding ``pm.state(model)``
+      (a ``CheckpointManager`` step, or its item folder), restored with Orbax into
+      ``like``'s shardings (checked by Orbax; a damaged one is a
+      ``CheckpointFormatError``, one of another structure a ``CheckpointMismatchError``).
     - ``like``: a model (or PyTree) of the saved structure: a real one, or an
       ``eval_shape`` skeleton of ``ShapeDtypeStruct`` leaves. Its static parts, Variable
       types and ties are the result's; its values are only used for checking, and for the
@@ -257,12 +261,18 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
 
     Every path, collection, shape, dtype and tie is checked before any tensor is read: a
     difference raises ``CheckpointMismatchError`` naming the file, the path and both
-    shapes/dtypes; a malformed file raises ``CheckpointFormatError``. Variables the file
+    shapes/dtypes; a malformed file raises ``CheckpointFormatError``. Each tensor's
+    checksum (``save`` writes XXH3 checksums of every tensor and of the header) is
+    verified as it is read, before anything is returned: a changed byte anywhere in the
+    file is a ``CheckpointFormatError`` naming the file and the tensor's path. Files
+    written before checksums existed load unchecked. Variables the file
     ties together come back as one Variable even where ``like`` has separate ones of the
     same type (``jax.eval_shape`` and ``jax.tree.map`` rebuild every place separately);
     a bare array (not in a Variable) matches an entry of any collection.
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        return load_orbax(path, like)
     if not os.path.isfile(path):
         raise CheckpointError(f"{path!r}: no such checkpoint file.")
     structure, values = _split(like)

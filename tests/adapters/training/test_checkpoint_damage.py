@@ -1,5 +1,6 @@
 """Damaged checkpoints of every format fail clearly: a pm.save file, a msgpack checkpoint
-and an Orbax checkpoint directory, cut short, with changed bytes or a missing file.
+and an Orbax checkpoint directory (written by adapters.training.checkpoints, and one of
+``pm.state`` read by ``pm.load``), cut short, with changed bytes or a missing file.
 
 Each case either raises a library error (a ``pm.PytreemodError``) whose message names the
 checkpoint, or, for the formats without checksums (msgpack, Orbax's array data), restores
@@ -17,6 +18,7 @@ from typing import Any
 import hypothesis.strategies as st
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -44,6 +46,9 @@ def originals() -> Iterator[dict[str, str]]:
     """One intact checkpoint of each format, written once for the module."""
     with tempfile.TemporaryDirectory() as folder:
         pm.save(os.path.join(folder, "model.safetensors"), MODEL)
+        with ocp.CheckpointManager(os.path.join(folder, "pm-orbax")) as manager:
+            manager.save(1, args=ocp.args.StandardSave(pm.state(MODEL)))
+            manager.wait_until_finished()
         for name, orbax in (("msgpack", False), ("orbax", True)):
             with config.temp_flip_flag("use_orbax_checkpointing", orbax):
                 checkpoints.save_checkpoint(os.path.join(folder, name), TARGET, step=1)
@@ -51,6 +56,7 @@ def originals() -> Iterator[dict[str, str]]:
             "safetensors": os.path.join(folder, "model.safetensors"),
             "msgpack": os.path.join(folder, "msgpack", "checkpoint_1"),
             "orbax": os.path.join(folder, "orbax", "checkpoint_1"),
+            "pm-orbax": os.path.join(folder, "pm-orbax", "1"),
         }
 
 
@@ -78,7 +84,7 @@ def _damage(path: str, data: st.DataObject) -> str:
 
 
 def _restore(kind: str, path: str) -> Any:
-    if kind == "safetensors":
+    if kind in ("safetensors", "pm-orbax"):
         return pm.load(path, MODEL)
     return checkpoints.restore_checkpoint(path, TARGET)
 
@@ -102,4 +108,5 @@ def test_damaged_checkpoints_of_every_format_fail_clearly(
             assert path in str(e), (what, str(e))
             return
         assert kind != "safetensors", f"{what}: a damaged pm.save file loaded"
-        assert jax.tree.structure(restored) == jax.tree.structure(TARGET), what
+        like = MODEL if kind == "pm-orbax" else TARGET
+        assert jax.tree.structure(restored) == jax.tree.structure(like), what
