@@ -2,8 +2,8 @@
 #   make demo   create .venv, install, train the digits MLP (examples/digits_mlp.py)
 #   make test   create .venv, install, run ruff, pyright and the test suite
 #   make docs   create .venv, install the docs extra, build the site into site/ (--strict)
-# Editable installs use setuptools' compat mode (a plain path in a .pth file): the default
-# mode's import hook hides the package from `pyright --verifytypes` (see typings/README.md).
+# Editable installs are a plain path in a .pth file (pyproject.toml sets package-dir for
+# that): an import hook would hide the package from `pyright --verifytypes` (typings/README.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,19 +13,19 @@ PY := $(VENV)/bin/python
 $(VENV)/.stamp-demo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[examples]" --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e ".[examples]"
 	touch $@
 
 $(VENV)/.stamp-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,lint,examples,compare]" --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e ".[test,lint,examples,compare]"
 	touch $@
 
 $(VENV)/.stamp-docs: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[docs]" --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e ".[docs]"
 	touch $@
 
 demo: $(VENV)/.stamp-demo

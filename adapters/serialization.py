@@ -32,9 +32,11 @@ import numpy as np
 import pytreemod as pm
 
 from .core import FrozenDict
+from .core.errors import FlaxError
 
 __all__ = [
     "MAX_CHUNK_SIZE",
+    "MsgpackDecodeError",
     "current_path",
     "from_bytes",
     "from_state_dict",
@@ -47,6 +49,13 @@ __all__ = [
 ]
 
 _STATE_DICT_REGISTRY: dict[Any, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+
+
+class MsgpackDecodeError(FlaxError, ValueError):
+    """Bytes given to ``msgpack_restore``/``from_bytes`` are not a msgpack state dict:
+    truncated, corrupted, or another format. A ``ValueError``, as the errors of the
+    ``msgpack`` package that Flax lets through here are; nothing of the bytes is returned.
+    """
 
 
 class _Context(threading.local):
@@ -311,9 +320,11 @@ def _dtype_from_name(name: Any) -> np.dtype:
         try:
             dtype = np.dtype(jnp.dtype(text))  # bfloat16, float8_*, int4...: ml_dtypes
         except (TypeError, ValueError, SyntaxError):
-            raise ValueError(f"msgpack data holds an array of unknown dtype {text!r}") from None
+            raise MsgpackDecodeError(
+                f"msgpack data holds an array of unknown dtype {text!r}"
+            ) from None
     if dtype.hasobject or dtype.fields is not None:
-        raise ValueError(f"msgpack data holds an array of unsupported dtype {text!r}")
+        raise MsgpackDecodeError(f"msgpack data holds an array of unsupported dtype {text!r}")
     return dtype
 
 
@@ -328,7 +339,7 @@ def _ndarray_from_bytes(data: bytes) -> np.ndarray:
         shape, name, buffer = msgpack.unpackb(data, raw=True)
         return np.frombuffer(buffer, dtype=_dtype_from_name(name)).reshape(shape, order="C")
     except (TypeError, ValueError) as e:  # crafted or damaged bytes: always a ValueError
-        raise ValueError(f"msgpack data holds a malformed array ({e})") from None
+        raise MsgpackDecodeError(f"msgpack data holds a malformed array ({e})") from None
 
 
 def _msgpack_ext_pack(x: Any) -> Any:
@@ -351,7 +362,9 @@ def _msgpack_ext_unpack(code: int, data: bytes) -> Any:
             real, imag = msgpack.unpackb(data)
             return complex(real, imag)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"msgpack data holds a malformed complex number ({e})") from None
+            raise MsgpackDecodeError(
+                f"msgpack data holds a malformed complex number ({e})"
+            ) from None
     if code == _MsgpackExtType.npscalar:
         return _ndarray_from_bytes(data)[()]
     return msgpack.ExtType(code, data)
@@ -433,16 +446,28 @@ def msgpack_serialize(pytree: Any, in_place: bool = False) -> bytes:
 def msgpack_restore(encoded_pytree: bytes) -> Any:
     """Decode bytes written by ``msgpack_serialize`` (or Flax's) into dicts and arrays.
 
-    Damaged or crafted bytes raise ``ValueError``; only plain data, arrays of numeric
-    dtypes and complex numbers are ever built.
+    Damaged or crafted bytes raise ``MsgpackDecodeError`` (a ``ValueError``) saying what
+    is wrong; only plain data, arrays of numeric dtypes and complex numbers are ever built.
     """
     try:
         state = msgpack.unpackb(
             encoded_pytree, ext_hook=_msgpack_ext_unpack, raw=False, strict_map_key=False
         )
         return _unchunk_array_leaves_in_place(state)
-    except (TypeError, KeyError) as e:  # damaged or crafted bytes: always a ValueError
-        raise ValueError(f"msgpack data is malformed ({type(e).__name__}: {e})") from None
+    except MsgpackDecodeError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError) as e:
+        # damaged or crafted bytes; msgpack's own errors (ExtraData, FormatError...) included
+        raise MsgpackDecodeError(_malformed(e)) from None
+
+
+def _malformed(e: Exception) -> str:
+    name = type(e).__name__
+    if isinstance(e, msgpack.exceptions.ExtraData):
+        return f"msgpack data is malformed: bytes follow the end of the data ({name})"
+    if "incomplete" in str(e).lower() or "out of data" in str(e).lower():
+        return f"msgpack data ends early: the bytes are truncated ({name}: {e})"
+    return f"msgpack data is malformed: truncated, corrupted or not msgpack ({name}: {e})"
 
 
 def from_bytes(target: Any, encoded_bytes: bytes) -> Any:

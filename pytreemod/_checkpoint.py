@@ -15,6 +15,7 @@ is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file.
 import contextlib
 import os
 import secrets
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 import jax
@@ -22,9 +23,10 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 import safetensors
-import safetensors.numpy
 
+from . import _checkpoint_file as cfile
 from . import _checkpoint_format as fmt
+from ._checkpoint_orbax import load_orbax
 from ._errors import CheckpointError, CheckpointFormatError, CheckpointMismatchError
 from ._filters import Everything, FilterLike, check_collections, to_filter
 from ._meta import AxisMetadata
@@ -198,11 +200,14 @@ def save(path: PathLike, tree: Any, *, sync: bool = True) -> None:
         )
         tensors[keys[slot]] = data if encoding != "bytes" else data.reshape(-1).view(np.uint8)
     header = fmt.Header(entries, aliases)
-    _atomic_write(path, tensors, header.to_metadata(), sync)
+    _atomic_write(path, tensors, header.to_metadata, sync)
 
 
 def _atomic_write(
-    path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str], sync: bool
+    path: str,
+    tensors: dict[str, np.ndarray],
+    metadata_of: Callable[[Mapping[str, str]], dict[str, str]],
+    sync: bool,
 ) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     # A fresh name (64 random bits), not a file made in advance: safetensors truncating an
@@ -210,7 +215,7 @@ def _atomic_write(
     # write of a 400 MB model without sync.
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
     try:
-        safetensors.numpy.save_file(tensors, tmp, metadata=metadata)
+        cfile.write(tmp, tensors, metadata_of)  # hashes each tensor as it writes it
         if sync:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
@@ -237,7 +242,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
 
     **Arguments:**
 
-    - ``path``: the file.
+    - ``path``: the file; or an Orbax checkpoint directory holding ``pm.state(model)``
+      (a ``CheckpointManager`` step, or its item folder), restored with Orbax into
+      ``like``'s shardings (checked by Orbax; a damaged one is a
+      ``CheckpointFormatError``, one of another structure a ``CheckpointMismatchError``).
     - ``like``: a model (or PyTree) of the saved structure: a real one, or an
       ``eval_shape`` skeleton of ``ShapeDtypeStruct`` leaves. Its static parts, Variable
       types and ties are the result's; its values are only used for checking, and for the
@@ -253,12 +261,18 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
 
     Every path, collection, shape, dtype and tie is checked before any tensor is read: a
     difference raises ``CheckpointMismatchError`` naming the file, the path and both
-    shapes/dtypes; a malformed file raises ``CheckpointFormatError``. Variables the file
+    shapes/dtypes; a malformed file raises ``CheckpointFormatError``. Each tensor's
+    checksum (``save`` writes XXH3 checksums of every tensor and of the header) is
+    verified as it is read, before anything is returned: a changed byte anywhere in the
+    file is a ``CheckpointFormatError`` naming the file and the tensor's path. Files
+    written before checksums existed load unchecked. Variables the file
     ties together come back as one Variable even where ``like`` has separate ones of the
     same type (``jax.eval_shape`` and ``jax.tree.map`` rebuild every place separately);
     a bare array (not in a Variable) matches an entry of any collection.
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        return load_orbax(path, like)
     if not os.path.isfile(path):
         raise CheckpointError(f"{path!r}: no such checkpoint file.")
     structure, values = _split(like)
@@ -274,7 +288,9 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
         with safetensors.safe_open(path, framework="np") as f:
             names = list(f.keys())
             shapes = {n: _slice_info(f, n) for n in names}
-            header = fmt.parse_header(f.metadata(), shapes, path)
+            metadata = f.metadata()
+            checked = metadata is not None and cfile.verify_header(path, metadata)
+            header = fmt.parse_header(metadata, shapes, path, header_checked=checked)
             selected, ties = _check(path, structure, values, keys, header, pred)
             loaded = {  # placed one by one: one host copy at a time
                 slot: _place(_read(f, path, header.entries[keys[slot]]), _peel(values[slot])[1])
@@ -427,6 +443,9 @@ def _difference(structure: Structure, slot: int, value: Any, entry: fmt.Entry) -
 
 def _read(f: Any, path: str, entry: fmt.Entry) -> Any:
     data = f.get_tensor(entry.key)
+    if entry.checksum is not None:
+        what = f"{format_path(entry.path)} (tensor {entry.key!r})"
+        cfile.verify_tensor(path, what, data, entry.checksum.partition(":")[2])
     if entry.encoding == "bytes":
         return np.frombuffer(data.tobytes(), dtype=fmt.DTYPES[entry.dtype]).reshape(entry.shape)
     if entry.encoding == "key":

@@ -3,13 +3,14 @@
 A checkpoint is one safetensors file. Its ``__metadata__`` holds ``format: pytreemod``
 and, under the key ``pytreemod``, a JSON document::
 
-    {"version": 1,
+    {"version": 2,
      "entries": {"blocks.3.mlp.kernel": {"path": ["blocks", 3, "mlp", "kernel"],
                                          "collection": "params", "variable": "Param",
                                          "dtype": "bfloat16", "shape": [4, 2],
                                          "encoding": "native", "key_impl": null,
                                          "boxes": [{"type": "pytreemod._meta.Partitioned",
-                                                    "fields": {"names": ["embed", "mlp"]}}]}},
+                                                    "fields": {"names": ["embed", "mlp"]}}],
+                                         "checksum": "xxh3_64:5f0c9d2e7a41b386"}},
      "aliases": {"head.kernel": {"path": ["head", "kernel"], "of": "embed.kernel"}}}
 
 ``encoding`` says how the tensor of the same name stores the value: ``native`` (its
@@ -19,11 +20,16 @@ or ``key`` (the ``jax.random.key_data`` of a typed PRNG key array, rebuilt with
 ``key_impl``). A file is untrusted input: ``parse_header`` checks every field's type and
 range, and that every entry has its tensor with a consistent dtype and size, so nothing
 later can fail on a malformed value; no name in a file is ever imported or evaluated.
+
+``checksum`` (version 2) is the XXH3 hash of the tensor's bytes; ``_checkpoint_file``
+writes and checks it, and the checksum of the header itself. Version 1 files (written
+before checksums) are still read, unchecked.
 """
 
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,7 +39,8 @@ import numpy as np
 from ._errors import CheckpointFormatError
 
 FORMAT = "pytreemod"
-VERSION = 1
+VERSION = 2  # 2: every entry has a checksum; 1 (read, not written): none
+CHECKSUM = re.compile(r"xxh3_64:[0-9a-f]{16}")
 MAX_RANK = 64
 MAX_ELEMENTS = 2**62
 
@@ -124,8 +131,9 @@ class Entry:
     encoding: str
     key_impl: str | None
     boxes: tuple[BoxRecord, ...]
+    checksum: str | None = None  # "xxh3_64:<hex>" of the tensor's bytes; None in version 1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, checksum: str) -> dict[str, Any]:
         return {
             "path": list(self.path),
             "collection": self.collection,
@@ -135,6 +143,7 @@ class Entry:
             "encoding": self.encoding,
             "key_impl": self.key_impl,
             "boxes": [{"type": b.type, "fields": b.fields} for b in self.boxes],
+            "checksum": checksum,
         }
 
 
@@ -152,10 +161,11 @@ class Header:
     entries: dict[str, Entry]
     aliases: dict[str, Alias]
 
-    def to_metadata(self) -> dict[str, str]:
+    def to_metadata(self, sums: Mapping[str, str]) -> dict[str, str]:
+        """The safetensors metadata, with ``sums[key]`` (hex) as each entry's checksum."""
         doc = {
             "version": VERSION,
-            "entries": {k: e.to_json() for k, e in self.entries.items()},
+            "entries": {k: e.to_json(f"xxh3_64:{sums[k]}") for k, e in self.entries.items()},
             "aliases": {k: {"path": list(a.path), "of": a.of} for k, a in self.aliases.items()},
         }
         return {"format": FORMAT, FORMAT: json.dumps(doc, allow_nan=False)}
@@ -280,8 +290,14 @@ def parse_header(
     metadata: Mapping[str, str] | None,
     tensors: Mapping[str, tuple[str, tuple[int, ...]]],
     file: str,
+    *,
+    header_checked: bool = False,
 ) -> Header:
-    """Parse and check the header against the file's tensors (``name -> (code, shape)``)."""
+    """Parse and check the header against the file's tensors (``name -> (code, shape)``).
+
+    ``header_checked``: the header's checksum was found and verified; a version 2 header
+    without one was damaged (version 1 files have none).
+    """
     r = _Reader(file)
     if not metadata or metadata.get("format") != FORMAT or FORMAT not in metadata:
         raise CheckpointFormatError(
@@ -295,10 +311,12 @@ def parse_header(
         raise r.fail("header", f"not valid JSON ({e})") from None
     doc = r.obj(doc, "header")
     version = r.field(doc, "version", int, "header")
-    if version != VERSION:
+    if version not in (1, VERSION):
         raise r.fail("header", f"format version {version} is not supported (this is {VERSION})")
+    if version >= 2 and not header_checked:
+        raise r.fail("header", "the header's checksum is missing")
     entries = {
-        key: _parse_entry(r, key, raw)
+        key: _parse_entry(r, key, raw, checksummed=version >= 2)
         for key, raw in r.obj(r.field(doc, "entries", dict, "header"), "entries").items()
     }
     aliases: dict[str, Alias] = {}
@@ -319,9 +337,14 @@ def parse_header(
     return Header(entries, aliases)
 
 
-def _parse_entry(r: _Reader, key: str, raw: Any) -> Entry:
+def _parse_entry(r: _Reader, key: str, raw: Any, *, checksummed: bool) -> Entry:
     where = f"entry {key!r}"
     raw = r.obj(raw, where)
+    checksum = None
+    if checksummed:
+        checksum = r.field(raw, "checksum", str, where)
+        if not CHECKSUM.fullmatch(checksum):
+            raise r.fail(where, f"'checksum' {checksum!r} is not an xxh3_64 checksum")
     dtype = r.field(raw, "dtype", str, where)
     encoding = r.field(raw, "encoding", str, where)
     key_impl = r.field(raw, "key_impl", (str, None), where)
@@ -351,6 +374,7 @@ def _parse_entry(r: _Reader, key: str, raw: Any) -> Entry:
         encoding=encoding,
         key_impl=key_impl,
         boxes=tuple(boxes),
+        checksum=checksum,
     )
 
 

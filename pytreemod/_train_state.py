@@ -101,7 +101,7 @@ class TrainState(Module, Generic[M]):
         """The trained state: ``pm.state(self.model, self.wrt)``."""
         return state(self.model, self.wrt)
 
-    def apply_gradients(self: _S, grads: Any, **changes: Any) -> _S:
+    def apply_gradients(self: _S, grads: Any, *, model: Any = None, **changes: Any) -> _S:
         """A copy with the trained variables and ``opt_state`` updated by ``tx`` and
         ``step + 1``; ``changes`` replace further fields (of subclasses).
 
@@ -109,10 +109,28 @@ class TrainState(Module, Generic[M]):
         ``pm.grad(f, argnums=pm.DiffState(0, wrt))`` returns) or a gradient shaped like the
         model (as ``pm.grad(f)(model)`` returns), from which ``wrt`` selects. Plain arrays
         where the model has axis-metadata boxes are put in those boxes.
+
+        ``model``: the model as the step's forward pass left it, such as the new model
+        ``pm.apply(..., mutable="batch_stats")`` returns. Its variables outside ``wrt``
+        (BatchNorm's running statistics, a cache) replace the state's, in the same call
+        that applies the gradients to the trained variables (which are taken from the
+        state, where the gradients were computed). It must have the state's structure.
+
+        >>> import jax.numpy as jnp, optax
+        >>> import pytreemod as pm
+        >>> ts = pm.TrainState.create(pm.nn.BatchNorm(2), optax.sgd(0.1))
+        >>> x = jnp.array([[0.0, 1.0], [2.0, 5.0]])
+        >>> _, bn = pm.apply(ts.model, x, mutable="batch_stats")
+        >>> grads = pm.state(ts.model, "params")  # (any gradient of the same structure)
+        >>> ts = ts.apply_gradients(grads, model=bn)
+        >>> ts.model.mean.value, int(ts.step)
+        (Array([0.01, 0.03], dtype=float32), 1)
         """
         import optax
 
         structure, params, rest = partition(self.model, self.wrt)
+        if model is not None:
+            rest = self._outside_wrt(model, rest)
         g = grads if _is_state(grads) else state(grads, self.wrt)
         try:
             g = _rebox_like(params, g)
@@ -125,5 +143,18 @@ class TrainState(Module, Generic[M]):
             ) from None
         updates, opt_state = self.tx.update(g, self.opt_state, params)
         new_params = optax.apply_updates(params, updates)
-        model = combine(structure, new_params, rest)
-        return self.replace(model=model, opt_state=opt_state, step=self.step + 1, **changes)
+        new_model = combine(structure, new_params, rest)
+        return self.replace(model=new_model, opt_state=opt_state, step=self.step + 1, **changes)
+
+    def _outside_wrt(self, model: Any, rest: State) -> State:
+        """``model``'s variables outside ``wrt``, checked against the state's."""
+        _, _, new_rest = partition(model, self.wrt)
+        if jax.tree.structure(new_rest) != jax.tree.structure(rest):
+            raise StateMismatchError(
+                f"apply_gradients(model=...): the model's variables outside {self.wrt!r} do "
+                "not have the structure of the state's.\n  state: "
+                f"{jax.tree.structure(rest)}\n  model: {jax.tree.structure(new_rest)}\n"
+                "Pass the new model pm.apply(ts.model, ..., mutable=...) returned for this "
+                "state's model."
+            )
+        return new_rest

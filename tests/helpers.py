@@ -42,3 +42,13 @@ def wait_for_processes(procs: list[Any], timeout: float) -> list[str]:
         kill_processes(procs)
     assert [p.returncode for p in procs] == [0] * len(procs), "\n".join(outputs)
     return outputs
+
+
+def write_signed(tensors: dict[str, Any], path: Any, metadata: dict[str, str]) -> None:
+    """Write a crafted checkpoint whose header checksum is valid, as ``pm.save`` signs it, so
+    that a test reaches the checks behind it (the entries' own checksums stay as given)."""
+    from pytreemod import _checkpoint_file
+
+    meta = {k: v for k, v in metadata.items() if k != _checkpoint_file.HEADER_KEY}
+    arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    _checkpoint_file.write(str(path), arrays, lambda sums: meta)

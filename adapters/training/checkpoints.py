@@ -15,9 +15,12 @@ runs code from the file; a file that is not a checkpoint raises
 ``CheckpointReadError``.
 """
 
+import contextlib
+import json
+import logging
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -358,6 +361,52 @@ def _read_msgpack(path: str) -> Any:
         ) from e
 
 
+def _orbax_failure(path: str, e: Exception) -> str:
+    what = f"{type(e).__name__}: {e}"
+    if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
+        what = f"a metadata file is truncated or corrupted ({what})"
+    elif isinstance(e, FileNotFoundError):
+        what = f"a file of the checkpoint is missing ({what})"
+    elif any(c in str(e) for c in ("DATA_LOSS", "OUT_OF_RANGE", "NOT_FOUND", "FAILED_PRECON")):
+        what = f"the array data is truncated, corrupted or missing ({what})"
+    return (
+        f"{path}: the Orbax checkpoint cannot be restored: {what}. Restore an earlier "
+        "checkpoint or a copy; if the checkpoint is intact, check that the target has the "
+        "saved structure."
+    )
+
+
+_TRANSFORMS_NOTICE = "The transformations API will eventually be replaced"
+
+
+class _TransformsNotice(logging.Filter):
+    """Moves Orbax's notice about its transformations API to DEBUG on our logger: the
+    restore uses that API on the user's behalf (as Flax's does), so the user has nothing
+    to change."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(_TRANSFORMS_NOTICE):
+            return True
+        logger.debug("Orbax: %s", record.getMessage())
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_transforms_notice(*, user_transforms: bool) -> Iterator[None]:
+    """During one restore: Orbax's absl WARNING about its transformations API, which every
+    restore with a target prints, goes to DEBUG, unless the user passed ``orbax_transforms``
+    (then the notice concerns their code and is kept)."""
+    if user_transforms:
+        yield
+        return
+    absl_logger, notice = logging.getLogger("absl"), _TransformsNotice()
+    absl_logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        absl_logger.removeFilter(notice)
+
+
 def _restore_orbax(path: str, target: Any, checkpointer: Any, transforms: Any) -> Any:
     try:
         import orbax.checkpoint as ocp
@@ -373,9 +422,28 @@ def _restore_orbax(path: str, target: Any, checkpointer: Any, transforms: Any) -
         kwargs["restore_args"] = restore_args_from_target(target)
         if isinstance(getattr(checkpointer, "_handler", None), ocp.PyTreeCheckpointHandler):
             kwargs["transforms"] = maybe_construct_transformations(target, transforms)
-    restored = checkpointer.restore(path, item=target, **kwargs)
+    with _quiet_transforms_notice(user_transforms=transforms is not None):
+        try:
+            restored = checkpointer.restore(path, item=target, **kwargs)
+        except errors.FlaxError:
+            raise
+        except Exception as e:  # JSON, tensorstore, missing files: say which checkpoint
+            raise CheckpointReadError(_orbax_failure(path, e)) from e
     restored = serialization.to_state_dict(restored)
-    return restored if target is None else serialization.from_state_dict(target, restored)
+    return restored if target is None else _into_target(path, target, restored)
+
+
+def _into_target(path: str, target: Any, state: Any) -> Any:
+    """``from_state_dict``; a checkpoint that does not fit ``target`` names its path."""
+    try:
+        return serialization.from_state_dict(target, state)
+    except errors.FlaxError:
+        raise
+    except (ValueError, TypeError, KeyError) as e:
+        raise CheckpointReadError(
+            f"{path}: the checkpoint does not fit the target: {e} (it was written for "
+            "another structure, or is damaged)."
+        ) from e
 
 
 def restore_checkpoint(
@@ -434,4 +502,4 @@ def restore_checkpoint(
     logger.info("Restoring legacy Flax checkpoint from %s", ckpt_path)
     state = _read_msgpack(ckpt_path)
     state = restore_mpas(state, target, ckpt_path, step, gda_manager, allow_partial_mpa_restoration)
-    return state if target is None else serialization.from_state_dict(target, state)
+    return state if target is None else _into_target(ckpt_path, target, state)

@@ -250,6 +250,25 @@ def test_crafted_bytes_never_build_objects() -> None:
     assert unknown_ext == msgpack.ExtType(42, b"x")
 
 
+def test_damaged_bytes_say_what_is_wrong() -> None:
+    data = serialization.to_bytes({"a": np.arange(4.0)})
+    assert issubclass(serialization.MsgpackDecodeError, ValueError)
+    with pytest.raises(serialization.MsgpackDecodeError, match=r"ends early: .*truncated"):
+        serialization.msgpack_restore(data[:-3])
+    with pytest.raises(serialization.MsgpackDecodeError, match=r"bytes follow the end"):
+        serialization.msgpack_restore(data + b"\x00")
+    with pytest.raises(
+        serialization.MsgpackDecodeError, match=r"malformed: truncated, corrupted or not msgpack"
+    ):
+        serialization.from_bytes({"a": np.zeros(4)}, b"\xc1")
+    complex_ext = _packb(msgpack.ExtType(2, b"\x01"))
+    with pytest.raises(serialization.MsgpackDecodeError, match=r"malformed complex number"):
+        serialization.msgpack_restore(complex_ext)
+    array_ext = _packb(msgpack.ExtType(1, _packb(((3,), "float32", b"\x00"), use_bin_type=True)))
+    with pytest.raises(serialization.MsgpackDecodeError, match=r"malformed array"):
+        serialization.msgpack_restore(array_ext)
+
+
 def test_adapters_linen_variables_are_flax_bytes() -> None:
     import adapters.linen as nn
 
@@ -280,7 +299,7 @@ def test_damaged_bytes_raise_value_error(data: st.DataObject) -> None:
         raw = bytearray(data.draw(st.binary(min_size=1, max_size=80)))
     try:
         restored = serialization.msgpack_restore(bytes(raw))
-    except ValueError:
+    except serialization.MsgpackDecodeError:  # a ValueError; never msgpack's own
         return
     assert not any(isinstance(x, np.ndarray) and x.dtype.hasobject for x in _walk(restored))
 

@@ -14,6 +14,8 @@ import safetensors.numpy
 from safetensors import safe_open
 
 import pytreemod as pm
+from pytreemod import _checkpoint_file
+from tests.helpers import write_signed
 
 
 class Block(pm.Module):
@@ -285,7 +287,7 @@ def test_unknown_box_class(ckpt: str) -> None:
     header = json.loads(meta["pytreemod"])
     header["entries"]["p"]["boxes"][0]["type"] = "evil.module.Box"
     meta["pytreemod"] = json.dumps(header)
-    safetensors.numpy.save_file({"p": data}, ckpt, metadata=meta)
+    write_signed({"p": data}, ckpt, meta)
     with pytest.raises(pm.CheckpointMismatchError, match=r"saved in a evil\.module\.Box box"):
         pm.load(ckpt, {"p": jnp.ones(2)})
 
@@ -303,7 +305,7 @@ def test_bad_box_metadata_is_a_format_error(ckpt: str) -> None:
     with safe_open(ckpt, framework="np") as f:
         meta, data = f.metadata(), f.get_tensor("p")
     meta["pytreemod"] = meta["pytreemod"].replace('["x"]', '["x", "y"]')
-    safetensors.numpy.save_file({"p": data}, ckpt, metadata=meta)
+    write_signed({"p": data}, ckpt, meta)
     with pytest.raises(
         pm.CheckpointFormatError, match=r"saved RankCheckedBox metadata .* does not fit"
     ):
@@ -478,7 +480,7 @@ def test_write_is_atomic(ckpt: str, monkeypatch: pytest.MonkeyPatch, sync: bool)
     def crash(*args: Any, **kwargs: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(safetensors.numpy, "save_file", crash)
+    monkeypatch.setattr(_checkpoint_file, "write", crash)
     with pytest.raises(OSError, match="disk full"):
         pm.save(ckpt, {"w": jnp.zeros(2)}, sync=sync)
     assert pathlib.Path(ckpt).read_bytes() == before
@@ -504,3 +506,80 @@ def test_save_overwrites_and_accepts_pathlike(tmp_path: pathlib.Path) -> None:
     pm.save(path, {"w": jnp.ones(2)})
     pm.save(path, {"w": jnp.full(2, 3.0)})
     assert pm.load(path, {"w": jnp.ones(2)})["w"].tolist() == [3.0, 3.0]
+
+
+# ------------------------------------------------------------------------- checksums
+
+
+def _tensor_bytes(path: str, name: str) -> tuple[int, int]:
+    """Where tensor ``name``'s bytes lie in the file (start, end)."""
+    raw = pathlib.Path(path).read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    begin, end = json.loads(raw[8 : 8 + size])[name]["data_offsets"]
+    return 8 + size + begin, 8 + size + end
+
+
+def test_a_changed_tensor_byte_names_the_file_and_the_path(ckpt: str) -> None:
+    model = {"enc": {"w": pm.Param(jnp.arange(4.0))}, "b": pm.Param(jnp.ones(2))}
+    pm.save(ckpt, model)
+    start, end = _tensor_bytes(ckpt, "enc.w")
+    raw = bytearray(pathlib.Path(ckpt).read_bytes())
+    raw[(start + end) // 2] ^= 0x01
+    pathlib.Path(ckpt).write_bytes(bytes(raw))
+    with pytest.raises(
+        pm.CheckpointFormatError,
+        match=r"model\.safetensors'?: the stored bytes of \.enc\[?'?\.?w.*'enc\.w'.*checksum",
+    ):
+        pm.load(ckpt, model)
+
+
+def test_a_changed_header_byte_is_found_even_in_the_padding(ckpt: str) -> None:
+    """A tab for a space of the header's padding is valid JSON still: only the header's
+    checksum tells."""
+    for name in ("w" * n for n in range(1, 9)):  # one of 8 lengths leaves some padding
+        model = {name: pm.Param(jnp.ones(3))}
+        pm.save(ckpt, model)
+        raw = bytearray(pathlib.Path(ckpt).read_bytes())
+        size = int.from_bytes(raw[:8], "little")
+        if raw[8 + size - 1] == ord(" "):
+            break
+    raw[8 + size - 1] = ord("\t")
+    pathlib.Path(ckpt).write_bytes(bytes(raw))
+    with pytest.raises(pm.CheckpointFormatError, match=r"header's bytes do not match"):
+        pm.load(ckpt, model)
+
+
+def _rewritten(ckpt: str, meta_edit: Callable[[dict[str, str]], None]) -> None:
+    """Read the file with safetensors and write it back with it, metadata edited."""
+    with safe_open(ckpt, framework="np") as f:
+        meta = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    meta_edit(meta)
+    safetensors.numpy.save_file(tensors, ckpt, metadata=meta)
+
+
+def test_a_file_rewritten_by_another_writer_is_not_taken_as_checked(ckpt: str) -> None:
+    model = {"w": pm.Param(jnp.arange(3.0))}
+    pm.save(ckpt, model)
+    _rewritten(ckpt, lambda meta: None)
+    with pytest.raises(pm.CheckpointFormatError, match=r"checksum is not where pytreemod\.save"):
+        pm.load(ckpt, model)
+    _rewritten(ckpt, lambda meta: meta.pop(_checkpoint_file.HEADER_KEY))
+    with pytest.raises(pm.CheckpointFormatError, match=r"header: the header's checksum is missing"):
+        pm.load(ckpt, model)
+
+
+def test_files_without_checksums_still_load(ckpt: str) -> None:
+    """A version 1 file (pm.save before checksums) loads, unchecked."""
+    model = {"w": pm.Param(jnp.arange(3.0)), "s": pm.BatchStat(jnp.ones(2, jnp.bfloat16))}
+    pm.save(ckpt, model)
+
+    def to_version_1(meta: dict[str, str]) -> None:
+        doc = json.loads(meta.pop(_checkpoint_file.HEADER_KEY) and meta["pytreemod"])
+        doc["version"] = 1
+        for entry in doc["entries"].values():
+            del entry["checksum"]
+        meta["pytreemod"] = json.dumps(doc)
+
+    _rewritten(ckpt, to_version_1)
+    assert_same(pm.load(ckpt, model), model)

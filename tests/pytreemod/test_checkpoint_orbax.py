@@ -2,7 +2,9 @@
 into the shardings its axis metadata asks for (pm.abstract); pm.load does the same for a
 single file."""
 
+import logging
 import pathlib
+import sys
 from typing import Any
 
 import jax
@@ -117,3 +119,55 @@ def test_single_file_load_into_shardings(mesh: jax.sharding.Mesh, tmp_path: path
     pm.save(tmp_path / "model.safetensors", net)
     like = pm.abstract(pm.eval_shape(make_net, jax.random.key(1)), mesh)
     assert_restored(pm.load(tmp_path / "model.safetensors", like), net)
+
+
+# ------------------------------------------------- pm.load of an Orbax checkpoint directory
+
+
+def _managed_checkpoint(folder: pathlib.Path, state: Any) -> pathlib.Path:
+    """A CheckpointManager's step 1 holding ``state``; its directory."""
+    with ocp.CheckpointManager(folder) as manager:
+        manager.save(1, args=ocp.args.StandardSave(state))
+        manager.wait_until_finished()
+    return folder / "1"
+
+
+def test_load_reads_an_orbax_checkpoint_into_shardings(
+    mesh: jax.sharding.Mesh, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    net = sharded_net(mesh)
+    step = _managed_checkpoint(tmp_path, pm.state(net))
+    like = pm.abstract(pm.eval_shape(make_net, jax.random.key(1)), mesh)
+    with caplog.at_level(logging.DEBUG):
+        assert_restored(pm.load(step, like), net)
+        assert_restored(pm.load(step / "default", like), net)  # the item folder itself
+    assert not [r for r in caplog.records if r.name == "absl"]  # Orbax's INFO chatter...
+    assert any(
+        r.name == "pytreemod" and r.getMessage().startswith("Orbax: ") for r in caplog.records
+    )
+
+
+def test_load_of_a_bad_orbax_directory_names_it(tmp_path: pathlib.Path) -> None:
+    model = {"w": pm.Param(jnp.arange(6.0)), "s": pm.BatchStat(jnp.ones(2))}
+    step = _managed_checkpoint(tmp_path / "run", pm.state(model))
+    with pytest.raises(
+        pm.CheckpointMismatchError,
+        match=r"run/1'?: Orbax cannot restore the checkpoint into the model \(ValueError",
+    ):
+        pm.load(step, {"w": pm.Param(jnp.arange(4.0))})
+    with pytest.raises(pm.CheckpointFormatError, match=r"a directory, but not an Orbax checkpoint"):
+        pm.load(tmp_path, model)
+    (step / "default" / "_METADATA").write_text("{")
+    with pytest.raises(
+        pm.CheckpointFormatError,
+        match=r"run/1'?: the Orbax checkpoint is damaged or incomplete \(JSONDecodeError",
+    ):
+        pm.load(step, model)
+
+
+def test_load_of_an_orbax_directory_without_orbax(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "orbax.checkpoint", None)
+    with pytest.raises(pm.CheckpointError, match=r"needs the orbax-checkpoint package"):
+        pm.load(tmp_path, {})

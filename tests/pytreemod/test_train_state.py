@@ -126,3 +126,51 @@ def test_docstring_example_runs() -> None:
     with jax.numpy_dtype_promotion("standard"):
         result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+class BNNet(pm.Module):
+    lin: nn.Linear
+    bn: nn.BatchNorm
+
+    def __init__(self, *, key: jax.Array) -> None:
+        self.lin, self.bn = nn.Linear(3, 4, key=key), nn.BatchNorm(4, momentum=0.5)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.bn(self.lin(x), use_running_average=False)
+
+
+def test_one_call_applies_gradients_and_takes_new_batch_statistics() -> None:
+    """``apply_gradients(grads, model=new_model)`` under jit equals the hand-written step:
+    gradients applied to the params, the batch statistics of the forward pass taken."""
+    x = jax.random.normal(jax.random.key(1), (8, 3))
+    ts = pm.TrainState.create(BNNet(key=jax.random.key(0)), optax.sgd(0.1))
+
+    def loss_and_model(params: Any, ts: Any) -> Any:
+        structure, _, rest = pm.partition(ts.model, "params")
+        out, new_model = pm.apply(pm.combine(structure, params, rest), x, mutable="batch_stats")
+        return jnp.sum(out**2), new_model
+
+    @pm.jit
+    def step(ts: Any) -> Any:
+        grads, new_model = jax.grad(loss_and_model, has_aux=True)(ts.params(), ts)
+        return ts.apply_gradients(grads, model=new_model)
+
+    new = step(ts)
+    grads, by_hand = jax.grad(loss_and_model, has_aux=True)(ts.params(), ts)
+    params = jax.tree.map(lambda p, g: p - 0.1 * g, ts.params(), grads)
+    structure, _, rest = pm.partition(by_hand, "params")
+    expected = pm.combine(structure, params, rest)
+    assert int(new.step) == 1
+    assert not np.allclose(new.model.bn.mean.value, ts.model.bn.mean.value)  # statistics moved
+    for got, want in zip(jax.tree.leaves(new.model), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_of_another_structure_is_a_state_mismatch() -> None:
+    ts = pm.TrainState.create(BNNet(key=jax.random.key(0)), optax.sgd(0.1))
+    other = pm.TrainState.create(Net(key=jax.random.key(0)), optax.sgd(0.1))
+    with pytest.raises(
+        pm.StateMismatchError,
+        match=r"apply_gradients\(model=\.\.\.\): the model's variables outside 'params' do not",
+    ):
+        ts.apply_gradients(ts.params(), model=other.model)

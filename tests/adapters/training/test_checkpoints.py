@@ -1,6 +1,7 @@
 """adapters.training.checkpoints: naming, keep/overwrite rules, msgpack and Orbax formats,
 restore into a target or as a raw state dict, and files interchanged with real Flax."""
 
+import logging
 import os
 import pathlib
 from collections.abc import Iterator
@@ -279,8 +280,64 @@ def test_orbax_checkpoint_without_orbax_is_a_library_error(
 
 def test_target_mismatch_names_the_path(tmp_path: Any, msgpack_only: None) -> None:
     checkpoints.save_checkpoint(tmp_path, {"a": np.ones(2)}, 0)
-    with pytest.raises(ValueError, match=r"keys \{'b'\}"):
+    with pytest.raises(
+        checkpoints.CheckpointReadError,
+        match=r"checkpoint_0: the checkpoint does not fit the target: .*keys \{'b'\}",
+    ):
         checkpoints.restore_checkpoint(tmp_path, {"a": np.ones(2), "b": np.ones(2)})
+
+
+def _orbax_checkpoint(tmp_path: Any) -> pathlib.Path:
+    with config.temp_flip_flag("use_orbax_checkpointing", True):
+        return pathlib.Path(checkpoints.save_checkpoint(tmp_path, obj(1), 0))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_damaged_orbax_checkpoints_say_which_and_what(tmp_path: Any) -> None:
+    """Orbax's raw errors (JSON, tensorstore, a missing file) become CheckpointReadError
+    naming the checkpoint and what is wrong."""
+    path = _orbax_checkpoint(tmp_path / "meta")
+    (path / "_METADATA").write_bytes((path / "_METADATA").read_bytes()[:20])
+    with pytest.raises(
+        checkpoints.CheckpointReadError,
+        match=r"checkpoint_0: the Orbax checkpoint cannot be restored: a metadata file is "
+        r"truncated or corrupted \(JSONDecodeError",
+    ):
+        checkpoints.restore_checkpoint(path, obj(0))
+    path = _orbax_checkpoint(tmp_path / "manifest")
+    (path / "manifest.ocdbt").unlink()
+    with pytest.raises(
+        checkpoints.CheckpointReadError, match=r"a file of the checkpoint is missing"
+    ):
+        checkpoints.restore_checkpoint(path, obj(0))
+    path = _orbax_checkpoint(tmp_path / "data")
+    for chunk in path.glob("**/d/*"):
+        chunk.write_bytes(b"")
+    with pytest.raises(
+        checkpoints.CheckpointReadError,
+        match=r"checkpoint_0: the Orbax checkpoint cannot be restored: the array data is "
+        r"truncated, corrupted or missing",
+    ):
+        checkpoints.restore_checkpoint(path, obj(0))
+
+
+def test_orbax_transforms_notice_is_debug_unless_the_user_passed_transforms(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every restore into a target uses Orbax's transformations API on the user's behalf,
+    and Orbax logs an absl WARNING about that API: it goes to DEBUG on our logger."""
+    path = _orbax_checkpoint(tmp_path)
+    with caplog.at_level(logging.DEBUG):
+        checkpoints.restore_checkpoint(path, obj(0))
+    notices = [r for r in caplog.records if "transformations API" in r.getMessage()]
+    assert [(r.name, r.levelno) for r in notices] == [
+        ("adapters.training.checkpoints", logging.DEBUG)
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        checkpoints.restore_checkpoint(path, obj(0), orbax_transforms={})
+    notices = [r for r in caplog.records if "transformations API" in r.getMessage()]
+    assert [(r.name, r.levelno) for r in notices] == [("absl", logging.WARNING)]
 
 
 # -------------------------------------------------------------- interchange with flax
