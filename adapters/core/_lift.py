@@ -32,20 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 import pytreemod as pm
 
 from . import _filters
 from ._errors import LiftError
+from ._lift_util import is_scope, py_numbers_to_arrays
 from ._scope import LiftInfo, Scope
 
 VariableGroups = tuple[tuple[dict[str, Any], ...], ...]
 RngGroups = tuple[tuple[dict[str, Any], ...], ...]
-
-
-def _is_scope(x: Any) -> bool:
-    return isinstance(x, Scope)
 
 
 def _dedup_scopes(
@@ -70,15 +66,6 @@ def _dedup_scopes(
 
 def _transpose(xs: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
     return tuple(zip(*xs))
-
-
-def _py_scalars_to_arrays(tree: Any) -> Any:
-    """Python numbers in variables become arrays, as JAX transforms would make them."""
-
-    def convert(x: Any) -> Any:
-        return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
-
-    return jax.tree.map(convert, tree, is_leaf=pm.is_box)
 
 
 def _copy_dicts(x: Any) -> Any:
@@ -108,7 +95,7 @@ def _partial_pack(
     in_union = _filters.union(*in_filters) if in_filters else pm.Nothing()
     transform = name or "pack"
 
-    scopes, treedef = jax.tree.flatten(scope_tree, is_leaf=_is_scope)
+    scopes, treedef = jax.tree.flatten(scope_tree, is_leaf=is_scope)
     for s in scopes:
         if not isinstance(s, Scope):
             raise LiftError(
@@ -125,7 +112,7 @@ def _partial_pack(
     for root in roots:
         root._populate_collections()
         groups = _filters.group_collections(root._variables, in_filters)
-        per_root_vars.append(tuple(_py_scalars_to_arrays(g) for g in groups))
+        per_root_vars.append(tuple(py_numbers_to_arrays(g) for g in groups))
         rng_groups: list[dict[str, Any]] = [{} for _ in rfilters]
         lifted: set[str] = set()
         for stream in root.rngs:

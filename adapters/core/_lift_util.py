@@ -5,6 +5,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 import pytreemod as pm
 
@@ -61,3 +62,13 @@ def merge_carry(
 def is_scope(x: Any) -> bool:
     """Whether ``x`` is a ``Scope``."""
     return isinstance(x, Scope)
+
+
+def py_numbers_to_arrays(tree: Any) -> Any:
+    """Python numbers in ``tree`` (boxes' values too) become arrays, as a JAX transform
+    makes the numbers it traces; every other leaf is unchanged."""
+
+    def convert(x: Any) -> Any:
+        return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
+
+    return jax.tree.map(convert, tree)

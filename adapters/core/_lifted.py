@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import jax
-import jax.numpy as jnp
 from jax import lax
 
 import pytreemod as pm
@@ -32,7 +31,14 @@ from . import _filters, meta
 from ._errors import LiftError, PartitioningUnspecifiedError
 from ._frozen_dict import unfreeze
 from ._lift import pack
-from ._lift_util import NO_AXES, is_scope, merge_carry, scope_paths, unzip2
+from ._lift_util import (
+    NO_AXES,
+    is_scope,
+    merge_carry,
+    py_numbers_to_arrays,
+    scope_paths,
+    unzip2,
+)
 from ._scope import LazyRng, Scope
 
 
@@ -516,13 +522,6 @@ def _static_indices(static_argnums: int | Iterable[int]) -> tuple[int, ...]:
     return (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
 
-def _py_numbers_to_arrays(tree: Any) -> Any:
-    def convert(x: Any) -> Any:
-        return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
-
-    return jax.tree.map(convert, tree)
-
-
 def checkpoint(
     fn: Callable[..., Any],
     variables: Any = True,
@@ -555,8 +554,8 @@ def checkpoint(
     ) -> Any:
         fixed = {i % len(args): args[i] for i in static if -len(args) <= i < len(args)}
         # As with jax.checkpoint, Python numbers in the other arguments are traced.
-        dynamic = [_py_numbers_to_arrays(a) for i, a in enumerate(args) if i not in fixed]
-        kwargs = _py_numbers_to_arrays(kwargs)
+        dynamic = [py_numbers_to_arrays(a) for i, a in enumerate(args) if i not in fixed]
+        kwargs = py_numbers_to_arrays(kwargs)
 
         def rematted(variable_groups: Any, rng_groups: Any, *dyn: Any, **kw: Any) -> Any:
             it = iter(dyn)
