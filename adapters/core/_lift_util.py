@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import pytreemod as pm
 
@@ -64,11 +65,10 @@ def is_scope(x: Any) -> bool:
     return isinstance(x, Scope)
 
 
-def py_numbers_to_arrays(tree: Any) -> Any:
-    """Python numbers in ``tree`` (boxes' values too) become arrays, as a JAX transform
-    makes the numbers it traces; every other leaf is unchanged."""
-
-    def convert(x: Any) -> Any:
-        return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
-
-    return jax.tree.map(convert, tree)
+def as_arrays(tree: Any) -> Any:
+    """Python numbers and NumPy values in ``tree`` (boxes' values too) become JAX arrays,
+    as a JAX transform makes the values it traces: a lifted body's updates (``acc + 1``)
+    are JAX arrays, so a Python ``0`` or a NumPy ``int64`` would not match them. Every other
+    leaf is unchanged."""
+    numeric = (bool, int, float, complex, np.ndarray, np.generic)
+    return jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, numeric) else x, tree)
