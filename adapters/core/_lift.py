@@ -32,20 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 import pytreemod as pm
 
 from . import _filters
 from ._errors import LiftError
+from ._lift_util import as_arrays, is_scope
 from ._scope import LiftInfo, Scope
 
 VariableGroups = tuple[tuple[dict[str, Any], ...], ...]
 RngGroups = tuple[tuple[dict[str, Any], ...], ...]
-
-
-def _is_scope(x: Any) -> bool:
-    return isinstance(x, Scope)
 
 
 def _dedup_scopes(
@@ -72,126 +68,122 @@ def _transpose(xs: Sequence[Sequence[Any]]) -> tuple[tuple[Any, ...], ...]:
     return tuple(zip(*xs))
 
 
-def _py_scalars_to_arrays(tree: Any) -> Any:
-    """Python numbers in variables become arrays, as JAX transforms would make them."""
-
-    def convert(x: Any) -> Any:
-        return jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x
-
-    return jax.tree.map(convert, tree, is_leaf=pm.is_box)
-
-
 def _copy_dicts(x: Any) -> Any:
     if isinstance(x, Mapping):
         return {k: _copy_dicts(v) for k, v in x.items()}
     return x
 
 
-def _partial_pack(
-    scope_tree: Any,
-    in_variable_filters: Sequence[Any],
-    out_variable_filters: Sequence[Any],
-    rng_filters: Sequence[Any],
-    name: str | None,
-) -> tuple[
-    Callable[..., Any],
-    Callable[..., Any],
-    VariableGroups,
-    RngGroups,
-    Callable[[Any], None],
-    tuple[Scope, ...],
-]:
-    in_filters = [_filters.to_filter(f) for f in in_variable_filters]
-    out_filters = [_filters.to_filter(f) for f in out_variable_filters]
-    rfilters = [_filters.to_filter(f) for f in rng_filters]
-    out_union = _filters.union(*out_filters) if out_filters else pm.Nothing()
-    in_union = _filters.union(*in_filters) if in_filters else pm.Nothing()
-    transform = name or "pack"
+class _Lifting:
+    """One call of a lifted function: the root scopes and the filters, with stages 2, 4,
+    5 and 6 of the lifting note as methods (``groups``, ``scope_fn``, ``repack_fn``,
+    ``publish``)."""
 
-    scopes, treedef = jax.tree.flatten(scope_tree, is_leaf=_is_scope)
-    for s in scopes:
-        if not isinstance(s, Scope):
-            raise LiftError(
-                f"lift.{transform}: expected a Scope (or a PyTree of scopes) as the first "
-                f"argument, got {type(s).__name__}."
-            )
-        s._check_valid()
-    roots, paths = _dedup_scopes(scopes)
+    def __init__(
+        self,
+        scope_tree: Any,
+        in_variable_filters: Sequence[Any],
+        out_variable_filters: Sequence[Any],
+        rng_filters: Sequence[Any],
+        name: str | None,
+    ):
+        self.in_filters = [_filters.to_filter(f) for f in in_variable_filters]
+        self.out_filters = [_filters.to_filter(f) for f in out_variable_filters]
+        self.rng_filters = [_filters.to_filter(f) for f in rng_filters]
+        self.out_union = _filters.union(*self.out_filters) if self.out_filters else pm.Nothing()
+        self.in_union = _filters.union(*self.in_filters) if self.in_filters else pm.Nothing()
+        self.name = name
+        self.transform = name or "pack"
+        scopes, self.treedef = jax.tree.flatten(scope_tree, is_leaf=is_scope)
+        for s in scopes:
+            if not isinstance(s, Scope):
+                raise LiftError(
+                    f"lift.{self.transform}: expected a Scope (or a PyTree of scopes) as the "
+                    f"first argument, got {type(s).__name__}."
+                )
+            s._check_valid()
+        self.roots, self.paths = _dedup_scopes(scopes)
+        self.hidden: list[frozenset[str]] = []
 
-    # Stage 2: variables into groups (first match wins), rng streams (LazyRngs) as they are.
-    per_root_vars = []
-    per_root_rngs = []
-    hidden: list[frozenset[str]] = []
-    for root in roots:
-        root._populate_collections()
-        groups = _filters.group_collections(root._variables, in_filters)
-        per_root_vars.append(tuple(_py_scalars_to_arrays(g) for g in groups))
-        rng_groups: list[dict[str, Any]] = [{} for _ in rfilters]
-        lifted: set[str] = set()
-        for stream in root.rngs:
-            for group, filt in zip(rng_groups, rfilters):
-                if _filters.in_filter(filt, stream):
-                    group[stream] = root.rngs[stream]  # a LazyRng: key plus path suffix
-                    lifted.add(stream)
-                    break
-        per_root_rngs.append(tuple(rng_groups))
-        hidden.append(frozenset(root.rngs) - lifted)
-    variable_groups: VariableGroups = _transpose(per_root_vars) or ()
-    rng_groups_t: RngGroups = _transpose(per_root_rngs) or ()
-    n_roots = len(roots)
+    def groups(self) -> tuple[VariableGroups, RngGroups]:
+        """Stage 2: variables into groups (first match wins), rng streams (``LazyRng``s)
+        as they are; the streams no filter matches are remembered as hidden."""
+        per_root_vars = []
+        per_root_rngs = []
+        for root in self.roots:
+            root._populate_collections()
+            groups = _filters.group_collections(root._variables, self.in_filters)
+            per_root_vars.append(tuple(as_arrays(g) for g in groups))
+            rng_groups: list[dict[str, Any]] = [{} for _ in self.rng_filters]
+            lifted: set[str] = set()
+            for stream in root.rngs:
+                for group, filt in zip(rng_groups, self.rng_filters):
+                    if _filters.in_filter(filt, stream):
+                        group[stream] = root.rngs[stream]  # a LazyRng: key plus path suffix
+                        lifted.add(stream)
+                        break
+            per_root_rngs.append(tuple(rng_groups))
+            self.hidden.append(frozenset(root.rngs) - lifted)
+        return _transpose(per_root_vars) or (), _transpose(per_root_rngs) or ()
+
+    def _debug_path(self, root: Scope) -> tuple[str, ...]:
+        debug_path = root.debug_path
+        if not self.name:
+            return debug_path
+        if not debug_path:
+            return (f"{self.name}()",)
+        return (*debug_path[:-1], f"{self.name}({debug_path[-1]})")
+
+    def _inner_root(
+        self, root: Scope, vgroups: Any, rgroups: Any, hide: frozenset[str], mfilter: Any
+    ) -> Scope:
+        mutable = _filters.intersect(root.mutable, self.out_union, mfilter)
+        variables: dict[str, Any] = {}
+        for group in vgroups:
+            for col, value in group.items():
+                variables[col] = _copy_dicts(value) if _filters.in_filter(mutable, col) else value
+        rngs: dict[str, Any] = {}
+        for group in rgroups:
+            rngs.update(group)
+        inner = Scope(
+            variables,
+            rngs=rngs,
+            name=root.name,
+            mutable=mutable,
+            path=root.path,
+            debug_path=self._debug_path(root),
+            flags=root.flags,
+        )
+        inner._lift = LiftInfo(self.transform, self.in_union, hide, root._lift)
+        inner.rng_counters = root.rng_counters  # shared, as in Flax
+        return inner
 
     def scope_fn(
+        self,
         variable_groups: VariableGroups,
         rng_groups: RngGroups,
         mutable_filter: Any = True,
     ) -> Any:
         """Stage 4: rebuild the scopes from (transformed) groups."""
+        n_roots = len(self.roots)
         var_xs: Any = _transpose(variable_groups) or ((),) * n_roots
         rng_xs: Any = _transpose(rng_groups) or ((),) * n_roots
         mfilter = _filters.to_filter(mutable_filter)
-        inner_roots = []
-        for root, vgroups, rgroups, hide in zip(roots, var_xs, rng_xs, hidden):
-            mutable = _filters.intersect(root.mutable, out_union, mfilter)
-            variables: dict[str, Any] = {}
-            for group in vgroups:
-                for col, value in group.items():
-                    variables[col] = (
-                        _copy_dicts(value) if _filters.in_filter(mutable, col) else value
-                    )
-            rngs: dict[str, Any] = {}
-            for group in rgroups:
-                rngs.update(group)
-            debug_path = root.debug_path
-            if name:
-                debug_path = (
-                    (*debug_path[:-1], f"{name}({debug_path[-1]})")
-                    if debug_path
-                    else (f"{name}()",)
-                )
-            inner = Scope(
-                variables,
-                rngs=rngs,
-                name=root.name,
-                mutable=mutable,
-                path=root.path,
-                debug_path=debug_path,
-                flags=root.flags,
-            )
-            inner._lift = LiftInfo(transform, in_union, hide, root._lift)
-            inner.rng_counters = root.rng_counters  # shared, as in Flax
-            inner_roots.append(inner)
-        mapping = dict(zip(roots, inner_roots))
+        mapping = {
+            root: self._inner_root(root, vgroups, rgroups, hide, mfilter)
+            for root, vgroups, rgroups, hide in zip(self.roots, var_xs, rng_xs, self.hidden)
+        }
         rebuilt = []
-        for top, rel in paths:
+        for top, rel in self.paths:
             scope = mapping[top]
             for part in rel:
                 scope = scope.push(part, reuse=True)
             rebuilt.append(scope)
-        return jax.tree.unflatten(treedef, rebuilt)
+        return jax.tree.unflatten(self.treedef, rebuilt)
 
-    def repack_fn(inner_scope_tree: Any) -> VariableGroups:
+    def repack_fn(self, inner_scope_tree: Any) -> VariableGroups:
         """Stage 5: the mutable variables of the inner scopes, grouped by output filter."""
-        inner_scopes = treedef.flatten_up_to(inner_scope_tree)
+        inner_scopes = self.treedef.flatten_up_to(inner_scope_tree)
         inner_roots, _ = _dedup_scopes(inner_scopes)
         out = []
         for inner in inner_roots:
@@ -201,28 +193,26 @@ def _partial_pack(
                 for col, value in inner._variables.items()
                 if inner.is_mutable_collection(col)
             }
-            groups = _filters.group_collections(mutable_vars, [*out_filters, pm.Everything()])
+            groups = _filters.group_collections(mutable_vars, [*self.out_filters, pm.Everything()])
             if groups[-1]:
                 raise LiftError(
-                    f"lift.{transform}: collections {sorted(groups[-1])} of scope "
+                    f"lift.{self.transform}: collections {sorted(groups[-1])} of scope "
                     f'"{inner.path_text}" are mutable inside but match no output filter.'
                 )
             inner.invalidate()
             out.append(groups[:-1])
         return _transpose(out) or ()
 
-    def publish(out_variable_groups: Any) -> None:
+    def publish(self, out_variable_groups: Any) -> None:
         """Stage 6: write the returned groups into the original scopes."""
         per_root = _transpose(out_variable_groups) if out_variable_groups else ()
-        for root, groups in zip(roots, per_root):
+        for root, groups in zip(self.roots, per_root):
             for group in groups:
                 for col, collection in group.items():
                     if not root.is_mutable_collection(col):
                         continue  # immutable state is never committed
                     for var_name, value in collection.items():
                         root.put_variable(col, var_name, value)
-
-    return scope_fn, repack_fn, variable_groups, rng_groups_t, publish, roots
 
 
 def pack(
@@ -264,13 +254,12 @@ def pack(
                 stacklevel=2,
             )
             kwargs = {}
-        scope_fn, repack_fn, variable_groups, rng_groups, publish, _ = _partial_pack(
-            scope_tree, in_variable_filters, out_variable_filters, rng_filters, name
-        )
+        lifting = _Lifting(scope_tree, in_variable_filters, out_variable_filters, rng_filters, name)
+        variable_groups, rng_groups = lifting.groups()
         y, out_variable_groups = fn(
-            scope_fn, repack_fn, variable_groups, rng_groups, *args, **kwargs
+            lifting.scope_fn, lifting.repack_fn, variable_groups, rng_groups, *args, **kwargs
         )
-        publish(out_variable_groups)
+        lifting.publish(out_variable_groups)
         return y
 
     return wrapper

@@ -5,6 +5,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 import pytreemod as pm
 
@@ -61,3 +63,12 @@ def merge_carry(
 def is_scope(x: Any) -> bool:
     """Whether ``x`` is a ``Scope``."""
     return isinstance(x, Scope)
+
+
+def as_arrays(tree: Any) -> Any:
+    """Python numbers and NumPy values in ``tree`` (boxes' values too) become JAX arrays,
+    as a JAX transform makes the values it traces: a lifted body's updates (``acc + 1``)
+    are JAX arrays, so a Python ``0`` or a NumPy ``int64`` would not match them. Every other
+    leaf is unchanged."""
+    numeric = (bool, int, float, complex, np.ndarray, np.generic)
+    return jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, numeric) else x, tree)

@@ -11,25 +11,25 @@ from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import pytreemod as pm
 
 from ._errors import BranchVariableMismatchError
 from ._lift import pack
-from ._lift_util import NO_AXES, is_scope, key_paths, merge_carry, scope_paths, unzip2
+from ._lift_util import (
+    NO_AXES,
+    as_arrays,
+    is_scope,
+    key_paths,
+    merge_carry,
+    scope_paths,
+    unzip2,
+)
 from ._scope import Scope
 
 C = TypeVar("C")
 
 # ----------------------------------------------------------------------------- while_loop
-
-
-def _as_arrays(tree: Any) -> Any:
-    """Numbers in a loop state become arrays, as ``jax.lax.while_loop`` makes them: the
-    body's updates (``acc + 1``) are arrays, so a Python ``0`` would not match them."""
-    numeric = (bool, int, float, complex, np.ndarray, np.generic)
-    return jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, numeric) else x, tree)
 
 
 def while_loop(
@@ -81,7 +81,7 @@ def while_loop(
             (out,) = repack_fn(s)
             return i + 1, merge_carry("while_loop", where, cv, out), c
 
-        start = (jnp.asarray(0, jnp.int32), _as_arrays(carry_vars), _as_arrays(init))
+        start = (jnp.asarray(0, jnp.int32), as_arrays(carry_vars), as_arrays(init))
         _, carry_vars, c = pm.while_loop(cond_wrapper, body_wrapper, start)
         return c, (carry_vars,)
 

@@ -3,6 +3,6 @@
 ``broadcast`` in a lifted scan's ``in_axes`` marks an argument every iteration sees whole.
 """
 
-from ._lifted import broadcast as broadcast
+from ._lifted_axes import broadcast as broadcast
 
 __all__ = ["broadcast"]

@@ -1,60 +1,70 @@
 """Pooling: ``avg_pool``, ``max_pool``, ``min_pool``, ``pool`` (no variables).
 
-The window logic is ``pytreemod.nn.functional.pool``. The reductions pass their initial
-value as a Python scalar so that ``lax.reduce_window`` recognises the monoid and stays
-differentiable under ``jit`` (``pytreemod.nn.functional.max_pool`` currently passes an
-array and fails to linearize under ``jax.jit(jax.grad(...))``).
+Inputs are ``(*batch, *window dims, features)``, with any number of batch axes (none
+too). Each function is ``pytreemod.nn.functional``'s, given Flax's argument forms
+(NumPy or JAX arrays, window and strides as any sequence, ``strides=None`` or empty for
+ones); the window logic, the reductions and their derivatives live there only.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 
-from pytreemod.nn.functional import pool as pool
+from pytreemod.nn import functional as F
 
-Array = jax.Array
 Padding = str | Sequence[tuple[int, int]]
+
+__all__ = ["avg_pool", "max_pool", "min_pool", "pool"]
+
+
+def pool(
+    inputs: Any,
+    init: Any,
+    reduce_fn: Callable[[Any, Any], Any],
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None,
+    padding: Padding,
+) -> jax.Array:
+    """Reduce every window of ``inputs`` with ``reduce_fn`` from ``init``
+    (``lax.reduce_window``); ``padding`` is ``'SAME'``, ``'VALID'`` or one ``(low, high)``
+    pair per window dimension."""
+    return F.pool(
+        jnp.asarray(inputs), init, reduce_fn, tuple(window_shape), strides or None, padding
+    )
 
 
 def max_pool(
-    inputs: Array,
+    inputs: Any,
     window_shape: Sequence[int],
     strides: Sequence[int] | None = None,
     padding: Padding = "VALID",
-) -> Array:
-    """Maximum over windows of ``(*batch, *window dims, features)`` inputs."""
-    init = (
-        -np.inf if jnp.issubdtype(inputs.dtype, jnp.inexact) else int(jnp.iinfo(inputs.dtype).min)
-    )
-    return pool(inputs, init, lax.max, window_shape, strides, padding, op="max_pool")
+) -> jax.Array:
+    """Maximum over each window."""
+    return F.max_pool(jnp.asarray(inputs), tuple(window_shape), strides or None, padding)
 
 
 def min_pool(
-    inputs: Array,
+    inputs: Any,
     window_shape: Sequence[int],
     strides: Sequence[int] | None = None,
     padding: Padding = "VALID",
-) -> Array:
-    """Minimum over windows."""
-    init = np.inf if jnp.issubdtype(inputs.dtype, jnp.inexact) else int(jnp.iinfo(inputs.dtype).max)
-    return pool(inputs, init, lax.min, window_shape, strides, padding, op="min_pool")
+) -> jax.Array:
+    """Minimum over each window."""
+    return F.min_pool(jnp.asarray(inputs), tuple(window_shape), strides or None, padding)
 
 
 def avg_pool(
-    inputs: Array,
+    inputs: Any,
     window_shape: Sequence[int],
     strides: Sequence[int] | None = None,
     padding: Padding = "VALID",
     count_include_pad: bool = True,
-) -> Array:
-    """Average over windows (``count_include_pad=False`` divides by real elements only)."""
-    y = pool(inputs, 0.0, lax.add, window_shape, strides, padding, op="avg_pool")
-    if count_include_pad or padding == "VALID":
-        return y / np.prod(window_shape).astype(inputs.dtype)
-    ones = jnp.ones((1, *inputs.shape[-len(window_shape) - 1 : -1], 1), inputs.dtype)
-    counts = pool(ones, 0.0, lax.add, window_shape, strides, padding, op="avg_pool")
-    counts = jnp.reshape(counts, (1,) * (y.ndim - counts.ndim + 1) + counts.shape[1:])
-    return y / counts
+) -> jax.Array:
+    """Mean over each window; ``count_include_pad=False`` divides by the number of real
+    (unpadded) entries. Integer inputs give JAX's default float, as in Flax."""
+    x = jnp.asarray(inputs)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(jnp.result_type(float))
+    return F.avg_pool(x, tuple(window_shape), strides or None, padding, count_include_pad)

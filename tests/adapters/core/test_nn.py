@@ -1,5 +1,8 @@
 """Functional-core layers against the same math written with plain JAX."""
 
+import contextlib
+from collections.abc import Iterator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -156,9 +159,60 @@ def test_initializers_and_activations_are_jax() -> None:
     assert nn.activation.gelu is jax.nn.gelu
 
 
-def test_pooling_is_differentiable_under_jit() -> None:
-    x = random.normal(random.key(1), (1, 4, 4, 2))
-    for pool in (nn.max_pool, nn.avg_pool, nn.min_pool):
-        g = jax.jit(jax.grad(lambda x, pool=pool: pool(x, (2, 2), strides=(2, 2)).sum()))(x)
-        g_eager = jax.grad(lambda x, pool=pool: pool(x, (2, 2), strides=(2, 2)).sum())(x)
-        np.testing.assert_allclose(g, g_eager)
+@contextlib.contextmanager
+def flax_promotion() -> Iterator[None]:
+    """Flax's pooling relies on JAX's standard promotion (the suite runs strict)."""
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        yield
+
+
+POOL_CASES = [
+    ((2, 4, 6, 3), dict(window_shape=(2, 2), strides=(2, 2), padding="VALID")),
+    ((4, 6, 3), dict(window_shape=(3, 2), strides=None, padding="SAME")),  # no batch axis
+    ((2, 5, 7, 3), dict(window_shape=[2, 3], strides=(1, 2), padding=((1, 0), (0, 2)))),
+    ((2, 2, 5, 7, 3), dict(window_shape=(2, 3), strides=[1, 2], padding="SAME")),
+    ((3, 9, 2), dict(window_shape=(4,), strides=(3,), padding="SAME")),
+]
+
+
+@pytest.mark.parametrize(("shape", "case"), POOL_CASES, ids=str)
+def test_pooling_matches_flax_values_and_gradients_under_jit(shape, case) -> None:
+    """The pooling functions are pytreemod.nn.functional's: same numbers and same
+    gradients as Flax's, also under ``jit(grad)``."""
+    pooling = pytest.importorskip("flax.linen.pooling")
+    x = random.normal(random.key(2), shape)
+    pairs = [
+        (nn.max_pool, pooling.max_pool, {}),
+        (nn.min_pool, pooling.min_pool, {}),
+        (nn.avg_pool, pooling.avg_pool, {}),
+        (nn.avg_pool, pooling.avg_pool, dict(count_include_pad=False)),
+    ]
+    for ours, theirs, extra in pairs:
+        kw = {**case, **extra}
+        if kw["strides"] is not None:
+            kw_flax = {**kw, "strides": tuple(kw["strides"])}
+        else:
+            kw_flax = kw
+        kw_flax = {**kw_flax, "window_shape": tuple(kw["window_shape"])}
+        weights = random.normal(random.key(3), ours(x, **kw).shape)
+        g = jax.jit(jax.grad(lambda x, f=ours, kw=kw: (f(x, **kw) * weights).sum()))(x)
+        with flax_promotion():
+            np.testing.assert_allclose(ours(x, **kw), theirs(x, **kw_flax), rtol=1e-6, atol=1e-6)
+            g_flax = jax.grad(lambda x, f=theirs, kw=kw_flax: (f(x, **kw) * weights).sum())(x)
+        np.testing.assert_allclose(g, g_flax, rtol=1e-6, atol=1e-6)
+
+
+def test_pooling_takes_numpy_and_integer_inputs_as_flax_does() -> None:
+    pooling = pytest.importorskip("flax.linen.pooling")
+    x = np.arange(24, dtype=np.int32).reshape(1, 4, 6, 1)
+    for ours, theirs in [
+        (nn.max_pool, pooling.max_pool),
+        (nn.min_pool, pooling.min_pool),
+        (nn.avg_pool, pooling.avg_pool),
+    ]:
+        with flax_promotion():
+            y, y_flax = ours(x, (2, 2)), theirs(x, (2, 2))
+        assert y.dtype == y_flax.dtype
+        np.testing.assert_array_equal(y, y_flax)
+    y = nn.pool(x, 0, lax.add, (2, 3), (), "VALID")
+    np.testing.assert_array_equal(y, pooling.pool(x, 0, lax.add, (2, 3), (1, 1), "VALID"))
