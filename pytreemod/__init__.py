@@ -86,6 +86,7 @@ from ._sharding import with_logical_partitioning as with_logical_partitioning
 from ._state import apply as apply
 from ._state import is_mutable as is_mutable
 from ._tabulate import tabulate as tabulate
+from ._trace_cache import disable_trace_once as disable_trace_once
 from ._trace_cache import trace_once as trace_once
 from ._train_state import TrainState as TrainState
 from ._transforms import Carry as Carry

@@ -7,33 +7,68 @@ call as one nested ``jit`` equation keeps the program identical (XLA inlines the
 call) and the Python cost proportional to the distinct calls, not to all of them.
 
 Outside a trace (eager calls on concrete arrays) the function runs as written, so eager
-results stay bit-for-bit those of the plain function.
+results stay bit-for-bit those of the plain function. ``pm.nn``'s layers wrap their
+``__call__`` with it, as adapters' Linen layers wrap their math: one mechanism.
 """
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import jax
+import jax.tree_util as jtu
 from jax.core import Tracer
 
-__all__ = ["trace_once"]
+from ._axis_rules import get_logical_axis_rules
+from ._variables import Variable, recorders
+
+__all__ = ["disable_trace_once", "trace_once"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _MAX_ENTRIES = 2048
-_DYNAMIC = object()  # placeholder of an array argument in a cache key
+_DYNAMIC = object()  # placeholder of an array leaf in a cache key
+_ENV = "PYTREEMOD_TRACE_ONCE"
+_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pytreemod_trace_once", default=os.environ.get(_ENV, "1").strip().lower() not in ("0", "false")
+)
+
+
+@contextlib.contextmanager
+def disable_trace_once(disable: bool = True) -> Iterator[None]:
+    """Inside this context, functions wrapped by ``pm.trace_once`` (and so ``pm.nn``'s
+    layers) are traced on every call, as plain Python: jaxprs show every equation
+    inline, without the nested ``jit`` equations of reused traces. The compiled program
+    is the same either way; only trace time differs.
+
+    ``disable=False`` turns the reuse back on inside an outer ``disable_trace_once()``.
+    The environment variable ``PYTREEMOD_TRACE_ONCE=0`` turns it off for the whole
+    process (read when pytreemod is imported).
+
+    >>> import jax, jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> layer = pm.nn.Linear(3, 3, key=jax.random.key(0))
+    >>> with pm.disable_trace_once():
+    ...     jaxpr = jax.make_jaxpr(lambda x: layer(layer(x)))(jnp.ones(3))
+    >>> "jit" in {e.primitive.name for e in jaxpr.eqns}
+    False
+    """
+    token = _enabled.set(not disable)
+    try:
+        yield
+    finally:
+        _enabled.reset(token)
 
 
 def _static_key(value: Any) -> Any:
-    """A key equal for equal values of the same types (``1``, ``1.0`` and ``True`` differ,
-    as do a list and a tuple); raises TypeError for unhashable values."""
-    kind = type(value)
-    if kind is tuple or kind is list:
-        return (kind, tuple(_static_key(v) for v in value))
+    """A key equal for equal values of the same type (``1``, ``1.0`` and ``True`` differ);
+    raises TypeError for unhashable values."""
     hash(value)
-    return (kind, value)
+    return (type(value), value)
 
 
 _entries: dict[Any, Any] = {}  # key -> jitted replay, or None: call the function as is
@@ -43,14 +78,20 @@ def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
     """Wrap the pure array function ``fn`` so that, under a trace, each distinct call
     configuration is traced once and reused.
 
-    A call is cached when at least one argument is a tracer: arrays (top-level positional
-    or keyword arguments) become the inputs of a nested ``jax.jit``; every other argument
-    must be hashable and is part of the cache key (lists count by value). Calls with
-    unhashable non-array arguments, calls on concrete arrays only, and calls whose cached
-    trace fails run ``fn`` directly, so errors are raised exactly as without the cache.
+    A call is cached when at least one array in its arguments is a tracer. The arguments
+    are flattened as PyTrees (a Module, such as ``self`` when ``fn`` is a layer's
+    ``__call__``, included): array leaves become the inputs of a nested ``jax.jit``; the
+    tree structure (a Module's static fields with it) and every other leaf are the cache
+    key, so non-array leaves must be hashable. Calls with unhashable non-array leaves,
+    calls on concrete arrays only, calls inside ``pm.disable_trace_once()``, calls whose
+    arguments hold a Variable that an active ``pm.apply`` may write (or has written), and
+    calls whose cached trace fails run ``fn`` directly, so errors are raised and state is
+    written exactly as without the cache.
 
-    ``fn`` must be pure (no side effects, no state captured from the caller): its trace
-    is replayed for later calls with equal non-array arguments and array shapes/dtypes.
+    ``fn`` must be pure (no side effects, nothing read from the caller's context that is
+    not an argument): its trace is replayed for later calls with equal non-array leaves
+    and array shapes/dtypes. JAX's own context (the mesh, ``enable_x64``...) and
+    pytreemod's logical axis rules are part of what a replay is keyed on.
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -67,34 +108,27 @@ def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    leaves, treedef = jtu.tree_flatten((args, kwargs))
     dynamic: list[Any] = []
     traced = False
-    parts: list[Any] = [fn]  # positional entries are keys or _DYNAMIC; kwargs add a name
-    key: tuple[Any, ...] = ()
+    parts: list[Any] = [fn, treedef, get_logical_axis_rules()]  # layers resolve names by them
     try:
-        for a in args:
-            if isinstance(a, jax.Array):
-                dynamic.append(a)
-                traced = traced or isinstance(a, Tracer)
+        for leaf in leaves:
+            if isinstance(leaf, jax.Array):
+                dynamic.append(leaf)
+                traced = traced or isinstance(leaf, Tracer)
                 parts.append(_DYNAMIC)
             else:
-                parts.append(_static_key(a))
-        for name, a in kwargs.items():
-            parts.append(name)
-            if isinstance(a, jax.Array):
-                dynamic.append(a)
-                traced = traced or isinstance(a, Tracer)
-                parts.append(_DYNAMIC)
-            else:
-                parts.append(_static_key(a))
+                parts.append(_static_key(leaf))
         key = tuple(parts)
-        jitted = _entries.get(key, _DYNAMIC) if traced else None
-    except TypeError:  # an unhashable argument: no cache for this call
-        traced, jitted = False, None
-    if not traced or jitted is None:  # eager, uncacheable, or its trace failed before
+        cached = traced and _enabled.get() and not (recorders.get() and _may_write(args, kwargs))
+        jitted = _entries.get(key, _DYNAMIC) if cached else None
+    except TypeError:  # an unhashable leaf: no cache for this call
+        jitted = None
+    if jitted is None:  # eager, uncacheable, switched off, or its trace failed before
         return fn(*args, **kwargs)
     if jitted is _DYNAMIC:
-        jitted = jax.jit(_replay(fn, args, kwargs))
+        jitted = jax.jit(_replay(fn, leaves, treedef))
         _store(key, jitted)
     try:
         return jitted(*dynamic)
@@ -104,25 +138,42 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any])
         return out
 
 
-def _replay(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Callable[..., Any]:
-    """``fn`` with the non-array arguments of this call fixed and the arrays as inputs."""
-    static_args = [None if isinstance(a, jax.Array) else a for a in args]
-    array_slots = [i for i, a in enumerate(args) if isinstance(a, jax.Array)]
-    static_kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, jax.Array)}
-    array_names = [k for k, v in kwargs.items() if isinstance(v, jax.Array)]
+def _may_write(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the arguments hold a Variable that an active ``pm.apply`` may write or has
+    written: its writes and reads go through the recorders, keyed by the Variable objects
+    of the caller's tree, which a replay rebuilds."""
+    active = recorders.get()
+    for leaf in jtu.tree_leaves((args, kwargs), is_leaf=_is_variable):
+        if not isinstance(leaf, Variable):
+            continue
+        for recorder in active:
+            if id(leaf) in recorder.writes:
+                return True
+            entry = recorder.paths.get(id(leaf))
+            if entry is not None and recorder.mutable(*entry):
+                return True
+    return False
+
+
+def _is_variable(x: Any) -> bool:
+    return isinstance(x, Variable)
+
+
+def _replay(fn: Callable[..., Any], leaves: list[Any], treedef: Any) -> Callable[..., Any]:
+    """``fn`` with the non-array leaves of this call fixed and the arrays as inputs."""
+    template = [None if isinstance(leaf, jax.Array) else leaf for leaf in leaves]
+    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array)]
 
     def replay(*arrays: Any) -> Any:
-        call_args = list(static_args)
-        for slot, value in zip(array_slots, arrays):
-            call_args[slot] = value
-        call_kwargs = dict(static_kwargs)
-        call_kwargs.update(zip(array_names, arrays[len(array_slots) :]))
-        return fn(*call_args, **call_kwargs)
+        filled = list(template)
+        for slot, value in zip(slots, arrays):
+            filled[slot] = value
+        args, kwargs = jtu.tree_unflatten(treedef, filled)
+        return fn(*args, **kwargs)
 
-    replay.__name__ = getattr(fn, "__name__", "trace_once")
-    replay.__qualname__ = getattr(fn, "__qualname__", replay.__name__)
+    # The nested jit's name in jaxprs: `Conv.__call__`, not `replay`.
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "trace_once")
+    replay.__name__ = replay.__qualname__ = name
     return replay
 
 

@@ -12,6 +12,7 @@ from .._errors import AxisMetadataError, LayerConfigError
 from .._meta import AxisMetadata
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
+from .._trace_cache import trace_once
 from .._variables import Cache, Param
 from . import _ops_attention as A
 from . import _ops_linear as L
@@ -76,6 +77,7 @@ class ProjectHeads(Module, typecheck=True):
         self.dtype = dtype
         self.precision = precision
 
+    @trace_once
     @checked
     def __call__(
         self, x: Float[AnyArray, "*batch in_features"]
@@ -138,6 +140,7 @@ class MergeHeads(Module, typecheck=True):
         self.dtype = dtype
         self.precision = precision
 
+    @trace_once
     @checked
     def __call__(
         self, x: Float[AnyArray, "*batch heads head_dim"]
@@ -358,6 +361,7 @@ class MultiHeadAttention(Module, typecheck=True):
             q, k = self.query_ln(q), self.key_ln(k)
         return q, k, v
 
+    @trace_once
     @checked
     def __call__(
         self,

@@ -10,6 +10,7 @@ from jaxtyping import Float
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
+from .._trace_cache import trace_once
 from .._variables import Param
 from . import _ops_conv as F
 from ._init import Initializer, default_bias_init, default_kernel_init
@@ -182,6 +183,7 @@ class Conv(Module, typecheck=True):
         self.dtype = dtype
         self.precision = precision
 
+    @trace_once
     @checked
     def __call__(
         self, x: Float[AnyArray, "*batch_and_spatial in_features"]
@@ -339,6 +341,7 @@ class ConvTranspose(Module, typecheck=True):
         self.dtype = dtype
         self.precision = precision
 
+    @trace_once
     @checked
     def __call__(
         self, x: Float[AnyArray, "*batch_and_spatial in_features"]

@@ -9,6 +9,7 @@ from jaxtyping import Shaped
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked, summary
+from .._trace_cache import trace_once
 from . import _ops_dropout as F
 from ._validate import _is_int, integer, probability
 
@@ -49,6 +50,7 @@ class Dropout(Module, typecheck=True):
         self.broadcast_dims = tuple(integer("Dropout", "broadcast_dims", d) for d in dims)
         self.deterministic = deterministic
 
+    @trace_once
     @checked
     def __call__(
         self,

@@ -9,6 +9,7 @@ from jaxtyping import Float, Integer
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
+from .._trace_cache import trace_once
 from .._variables import Param
 from . import _ops_linear as F
 from ._init import Initializer, default_embed_init
@@ -77,6 +78,7 @@ class Embedding(Module, typecheck=True):
         self.features = features
         self.dtype = dtype
 
+    @trace_once
     @checked
     def __call__(self, ids: Integer[AnyArray, "*batch"]) -> Float[jax.Array, "*batch features"]:
         """Look up the vectors of integer ``ids``: output ``(*ids.shape, features)``."""
@@ -97,6 +99,7 @@ class Embedding(Module, typecheck=True):
                     )
         return F.embed(ids, var_value(self.embedding), dtype=self.dtype)
 
+    @trace_once
     @checked
     def attend(
         self, query: Float[AnyArray, "*batch features"]

@@ -9,6 +9,7 @@ from jaxtyping import Float
 
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
+from .._trace_cache import trace_once
 from .._variables import Param
 from . import _ops_linear as F
 from ._init import Initializer, default_bias_init, default_kernel_init
@@ -80,6 +81,7 @@ class Linear(Module, typecheck=True):
         self.dtype = dtype
         self.precision = precision
 
+    @trace_once
     @checked
     def __call__(
         self, x: Float[AnyArray, "*batch in_features"]
@@ -182,6 +184,7 @@ class MLP(Module, typecheck=True):
         self.activation = activation
         self.final_activation = final_activation
 
+    @trace_once
     @checked
     def __call__(
         self, x: Float[AnyArray, "*batch in_features"]

@@ -10,6 +10,7 @@ from jaxtyping import Bool, Float
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked, fail, summary
+from .._trace_cache import trace_once
 from .._variables import BatchStat, Param
 from . import _ops_norm as F
 from ._init import Initializer
@@ -135,6 +136,7 @@ class LayerNorm(Module, typecheck=True):
         self.use_fast_variance = use_fast_variance
         self.dtype = dtype_arg("LayerNorm", "dtype", dtype)
 
+    @trace_once
     @checked
     def __call__(
         self,
@@ -212,6 +214,7 @@ class RMSNorm(Module, typecheck=True):
         self.axis_name = axis_name
         self.dtype = dtype_arg("RMSNorm", "dtype", dtype)
 
+    @trace_once
     @checked
     def __call__(
         self,
@@ -302,6 +305,7 @@ class GroupNorm(Module, typecheck=True):
         self.use_fast_variance = use_fast_variance
         self.dtype = dtype_arg("GroupNorm", "dtype", dtype)
 
+    @trace_once
     @checked
     def __call__(
         self,
@@ -410,6 +414,7 @@ class BatchNorm(Module, typecheck=True):
         self.use_fast_variance = use_fast_variance
         self.dtype = dtype_arg("BatchNorm", "dtype", dtype)
 
+    @trace_once
     @checked
     def __call__(
         self,

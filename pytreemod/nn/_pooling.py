@@ -8,6 +8,7 @@ from jaxtyping import Shaped
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
+from .._trace_cache import trace_once
 from . import _ops_pool as F
 from ._validate import nonempty_output, positive_ints
 
@@ -72,6 +73,7 @@ class MaxPool(_Pool, typecheck=True):
     (8, 16, 16, 3)
     """
 
+    @trace_once
     @checked
     def __call__(
         self, x: Shaped[AnyArray, "*batch_and_window features"]
@@ -92,6 +94,7 @@ class AvgPool(_Pool, typecheck=True):
     (4, 5, 3)
     """
 
+    @trace_once
     @checked
     def __call__(
         self, x: Shaped[AnyArray, "*batch_and_window features"]
@@ -110,6 +113,7 @@ class MinPool(_Pool, typecheck=True):
     (2, 7, 1)
     """
 
+    @trace_once
     @checked
     def __call__(
         self, x: Shaped[AnyArray, "*batch_and_window features"]

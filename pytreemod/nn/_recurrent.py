@@ -16,6 +16,7 @@ from jaxtyping import Float, Shaped
 
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
+from .._trace_cache import trace_once
 from . import _ops_recurrent as R
 from ._conv import Conv
 from ._init import Initializer, default_bias_init, default_kernel_init
@@ -216,6 +217,7 @@ class LSTMCell(_VectorCell):
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
 
+    @trace_once
     @checked
     def __call__(
         self, carry: tuple[State, State], x: Input
@@ -246,6 +248,7 @@ class OptimizedLSTMCell(LSTMCell):
     (2, 4)
     """
 
+    @trace_once
     @checked
     def __call__(
         self, carry: tuple[State, State], x: Input
@@ -311,6 +314,7 @@ class GRUCell(_VectorCell):
         self.gate_fn = gate_fn
         self.activation_fn = activation_fn
 
+    @trace_once
     @checked
     def __call__(self, carry: State, x: Input) -> tuple[NewState, NewState]:
         """One step: ``(h, x) -> (h', h')``."""
@@ -381,6 +385,7 @@ class MGUCell(_VectorCell):
         self.activation_fn = activation_fn
         self.reset_gate = reset_gate
 
+    @trace_once
     @checked
     def __call__(self, carry: State, x: Input) -> tuple[NewState, NewState]:
         """One step: ``(h, x) -> (h', h')``."""
@@ -447,6 +452,7 @@ class SimpleCell(_VectorCell):
         self.activation_fn = activation_fn
         self.residual = residual
 
+    @trace_once
     @checked
     def __call__(self, carry: State, x: Input) -> tuple[NewState, NewState]:
         """One step: ``(h, x) -> (h', h')``."""
@@ -521,6 +527,7 @@ class ConvLSTMCell(_VectorCell):
         self._set_fields(projections, in_features, hidden_features, carry_init, param_dtype)
         self.kernel_size = size
 
+    @trace_once
     @checked
     def __call__(
         self, carry: tuple[State, State], x: Input
