@@ -26,7 +26,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import msgpack
 import numpy as np
 
 import pytreemod as pm
@@ -287,6 +286,16 @@ register_serialization_state(
 
 # --------------------------------------------------------------------- msgpack format
 
+
+def _msgpack() -> Any:
+    """The ``msgpack`` module, imported on first use: state dicts (what Linen's lifted
+    transforms use) need no wire format, and ``import adapters.linen`` should not pay
+    for one."""
+    import msgpack
+
+    return msgpack
+
+
 MAX_CHUNK_SIZE = 2**30
 """Arrays larger than this many bytes are written as chunks (msgpack objects are limited
 to 2**31 - 1 bytes). Read at call time, so it can be changed."""
@@ -329,14 +338,14 @@ def _dtype_from_name(name: Any) -> np.dtype:
 
 
 def _pack(obj: Any, **options: Any) -> bytes:
-    out = msgpack.packb(obj, **options)
+    out = _msgpack().packb(obj, **options)
     assert out is not None
     return out
 
 
 def _ndarray_from_bytes(data: bytes) -> np.ndarray:
     try:
-        shape, name, buffer = msgpack.unpackb(data, raw=True)
+        shape, name, buffer = _msgpack().unpackb(data, raw=True)
         return np.frombuffer(buffer, dtype=_dtype_from_name(name)).reshape(shape, order="C")
     except (TypeError, ValueError) as e:  # crafted or damaged bytes: always a ValueError
         raise MsgpackDecodeError(f"msgpack data holds a malformed array ({e})") from None
@@ -345,11 +354,11 @@ def _ndarray_from_bytes(data: bytes) -> np.ndarray:
 def _msgpack_ext_pack(x: Any) -> Any:
     """msgpack ``default`` hook: arrays, NumPy scalars and complex numbers as ext types."""
     if isinstance(x, (np.ndarray, jax.Array)):
-        return msgpack.ExtType(_MsgpackExtType.ndarray, _ndarray_to_bytes(x))
+        return _msgpack().ExtType(_MsgpackExtType.ndarray, _ndarray_to_bytes(x))
     if isinstance(x, np.generic):
-        return msgpack.ExtType(_MsgpackExtType.npscalar, _ndarray_to_bytes(np.asarray(x)))
+        return _msgpack().ExtType(_MsgpackExtType.npscalar, _ndarray_to_bytes(np.asarray(x)))
     if isinstance(x, complex):
-        return msgpack.ExtType(_MsgpackExtType.native_complex, _pack((x.real, x.imag)))
+        return _msgpack().ExtType(_MsgpackExtType.native_complex, _pack((x.real, x.imag)))
     return x
 
 
@@ -359,7 +368,7 @@ def _msgpack_ext_unpack(code: int, data: bytes) -> Any:
         return _ndarray_from_bytes(data)
     if code == _MsgpackExtType.native_complex:
         try:
-            real, imag = msgpack.unpackb(data)
+            real, imag = _msgpack().unpackb(data)
             return complex(real, imag)
         except (TypeError, ValueError) as e:
             raise MsgpackDecodeError(
@@ -367,7 +376,7 @@ def _msgpack_ext_unpack(code: int, data: bytes) -> Any:
             ) from None
     if code == _MsgpackExtType.npscalar:
         return _ndarray_from_bytes(data)[()]
-    return msgpack.ExtType(code, data)
+    return _msgpack().ExtType(code, data)
 
 
 def _np_convert_in_place(d: Any) -> Any:
@@ -450,7 +459,7 @@ def msgpack_restore(encoded_pytree: bytes) -> Any:
     is wrong; only plain data, arrays of numeric dtypes and complex numbers are ever built.
     """
     try:
-        state = msgpack.unpackb(
+        state = _msgpack().unpackb(
             encoded_pytree, ext_hook=_msgpack_ext_unpack, raw=False, strict_map_key=False
         )
         return _unchunk_array_leaves_in_place(state)

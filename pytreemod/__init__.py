@@ -1,12 +1,16 @@
 """pytreemod: immutable PyTree modules for JAX, with collections, filters and axis metadata.
 
-This file only re-exports; every name is defined in a private module.
+This file only re-exports; every name is defined in a private module. The core (modules,
+variables, filters, partitioning, transforms) is imported with the package; what a program
+may never touch is imported on first access (PEP 562 ``__getattr__``): ``pm.nn`` (its
+layers and ops), checkpoints (safetensors), ``tabulate`` (rich), ``TrainState`` and
+``trace_once``. Type checkers read the same names from the ``TYPE_CHECKING`` block.
+``tests/test_imports.py`` keeps ``import pytreemod`` free of the heavy optional modules.
 """
 
-from . import nn as nn
-from ._checkpoint import load as load
-from ._checkpoint import save as save
-from ._checkpoint_sharded import abstract as abstract
+import importlib as _importlib
+import typing as _typing
+
 from ._errors import AxisMetadataError as AxisMetadataError
 from ._errors import CheckpointError as CheckpointError
 from ._errors import CheckpointFormatError as CheckpointFormatError
@@ -85,10 +89,6 @@ from ._sharding import with_logical_constraint as with_logical_constraint
 from ._sharding import with_logical_partitioning as with_logical_partitioning
 from ._state import apply as apply
 from ._state import is_mutable as is_mutable
-from ._tabulate import tabulate as tabulate
-from ._trace_cache import disable_trace_once as disable_trace_once
-from ._trace_cache import trace_once as trace_once
-from ._train_state import TrainState as TrainState
 from ._transforms import Carry as Carry
 from ._transforms import DiffState as DiffState
 from ._transforms import StateAxes as StateAxes
@@ -115,3 +115,41 @@ from ._variables import Variable as Variable
 from ._variables import collection_of as collection_of
 
 __version__ = "0.1.0"
+
+# name -> the module defining it, imported when the name is first read. Add a lazy name
+# here and in the TYPE_CHECKING block below (``tests/test_imports.py`` checks they agree).
+_LAZY: dict[str, str] = {
+    "nn": ".nn",
+    "load": "._checkpoint",
+    "save": "._checkpoint",
+    "abstract": "._checkpoint_sharded",
+    "tabulate": "._tabulate",
+    "trace_once": "._trace_cache",
+    "disable_trace_once": "._trace_cache",
+    "TrainState": "._train_state",
+}
+
+if _typing.TYPE_CHECKING:
+    from . import nn as nn
+    from ._checkpoint import load as load
+    from ._checkpoint import save as save
+    from ._checkpoint_sharded import abstract as abstract
+    from ._tabulate import tabulate as tabulate
+    from ._trace_cache import disable_trace_once as disable_trace_once
+    from ._trace_cache import trace_once as trace_once
+    from ._train_state import TrainState as TrainState
+
+
+def __getattr__(name: str) -> object:
+    """Import a lazily exported name on first access (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytreemod' has no attribute {name!r}")
+    imported = _importlib.import_module(module, __name__)
+    value = imported if module == f".{name}" else getattr(imported, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -49,28 +49,32 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     parameter is the instance; ``method=None`` takes a first parameter named ``self`` to
     mean a method.
     """
-    signature = inspect.signature(fn)
-    first = next(iter(signature.parameters), None)
+    first = _first_parameter(fn)
     is_method = first is not None and (first == "self" if method is None else method)
     op_name = f"pytreemod.nn.functional.{fn.__name__}"
     # beartype accepts ``typing.Self`` only when it decorates the whole class; a method
     # annotated with it is checked against its declaring class instead (``owner``, set by
-    # the Module metaclass through ``_pytreemod_owner`` once the class exists), so its
-    # checker is built on first call.
+    # the Module metaclass through ``_pytreemod_owner`` once the class exists).
     owner: list[type | None] = [None]
     deferred = is_method and _mentions_self(fn)
-    inner: Callable[..., Any] | None = (
-        None if deferred else jaxtyped(typechecker=_typechecker())(fn)
-    )
-    slots = number_slots(fn)
+    # The checker (beartype's generated code, the signature, the numeric slots) is built
+    # on the first call, not here: decorating costs nothing at import time, and a layer
+    # or op never called never pays for it.
+    built: list[Any] = []  # [signature, jaxtyping+beartype checker, number slots]
+
+    def build(instance: Any) -> list[Any]:
+        checked_fn = fn
+        if deferred:
+            cls = owner[0] if owner[0] is not None else type(instance)
+            checked_fn = _with_self_as(fn, cls)
+        inner = jaxtyped(typechecker=_typechecker())(checked_fn)
+        built[:] = [inspect.signature(fn), inner, number_slots(fn)]
+        return built
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        nonlocal inner
-        if inner is None:
-            cls = owner[0] if owner[0] is not None else type(args[0])
-            inner = jaxtyped(typechecker=_typechecker())(_with_self_as(fn, cls))
+        signature, inner, slots = built or build(args[0] if args else None)
         if slots is not None:
             args, kwargs = as_python_numbers(slots, args, kwargs)
         try:
@@ -92,6 +96,15 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     if deferred:
         wrapper._pytreemod_owner = owner  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def _first_parameter(fn: Callable[..., Any]) -> str | None:
+    """The name of ``fn``'s first parameter (``inspect.signature``'s), read from its code
+    object when it has one: ``inspect.signature`` is slow for import-time decoration."""
+    code = getattr(fn, "__code__", None)
+    if isinstance(fn, types.FunctionType) and code is not None and code.co_argcount > 0:
+        return code.co_varnames[0]
+    return next(iter(inspect.signature(fn).parameters), None)
 
 
 # ----------------------------------------------------------------------------- numbers

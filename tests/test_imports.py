@@ -1,0 +1,102 @@
+"""Imports stay lean: ``import pytreemod`` and ``import adapters.linen`` load what a
+program touches when it touches it.
+
+Each check runs in a fresh interpreter (a subprocess), since this test session has long
+since imported everything. Nothing here is timed (``benchmarks/imports.py`` times it).
+"""
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import adapters
+import pytreemod as pm
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Optional or heavy modules that neither package may import at import time.
+HEAVY = ("rich", "safetensors", "orbax", "msgpack", "treescope", "beartype", "optax")
+
+
+def _loaded_after(statement: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules among ``prefixes`` (top-level names) loaded by ``statement`` in a fresh
+    interpreter."""
+    code = (
+        "import json, sys\n"
+        f"{statement}\n"
+        f"prefixes = {prefixes!r}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in prefixes "
+        "or m in prefixes)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_import_pytreemod_loads_no_heavy_optional_module() -> None:
+    loaded = _loaded_after("import pytreemod", (*HEAVY, "flax", "equinox"))
+    assert loaded == []
+
+
+def test_import_pytreemod_leaves_nn_to_first_use() -> None:
+    loaded = _loaded_after("import pytreemod", ("pytreemod",))
+    assert "pytreemod._module" in loaded  # the core is there
+    assert not [m for m in loaded if m.startswith("pytreemod.nn")]
+    loaded = _loaded_after("import pytreemod as pm; pm.nn.Linear", ("pytreemod",))
+    assert "pytreemod.nn._linear" in loaded
+
+
+def test_import_nn_builds_no_checker_until_a_layer_runs() -> None:
+    assert _loaded_after("import pytreemod.nn", HEAVY) == []
+    run = (
+        "import jax, jax.numpy as jnp, pytreemod as pm\n"
+        "pm.nn.Linear(2, 3, key=jax.random.key(0))(jnp.ones((1, 2)))"
+    )
+    assert _loaded_after(run, ("beartype",)) != []  # the first call builds the checker
+
+
+def test_import_adapters_linen_loads_no_heavy_optional_module() -> None:
+    loaded = _loaded_after("import adapters.linen", (*HEAVY, "flax", "equinox"))
+    assert loaded == []
+    loaded = _loaded_after("import adapters.linen", ("adapters",))
+    assert "adapters.linen" in loaded
+    assert not [m for m in loaded if m.startswith(("adapters.nnx", "adapters.training"))]
+
+
+def test_lazy_names_resolve_to_their_definitions() -> None:
+    from pytreemod import _checkpoint, _tabulate, _train_state
+
+    assert pm.save is _checkpoint.save and pm.load is _checkpoint.load
+    assert pm.tabulate is _tabulate.tabulate and pm.TrainState is _train_state.TrainState
+    assert {"nn", "save", "TrainState", "Module"} <= set(dir(pm))
+    assert adapters.linen.Dense is not None and "nnx" in dir(adapters)
+
+
+def test_unknown_names_raise_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="module 'pytreemod' has no attribute 'nope'"):
+        pm.nope  # noqa: B018
+    with pytest.raises(AttributeError, match="module 'adapters' has no attribute 'nope'"):
+        adapters.nope  # noqa: B018
+
+
+def _type_checking_names(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                if isinstance(stmt, ast.ImportFrom):
+                    names |= {a.asname or a.name for a in stmt.names}
+    return names
+
+
+def test_type_checkers_see_every_lazy_name() -> None:
+    # Each lazily exported name is also imported under TYPE_CHECKING, so pyright and
+    # IDEs see it (an explicit `as` re-export).
+    assert _type_checking_names(ROOT / "pytreemod" / "__init__.py") == set(pm._LAZY)
+    assert _type_checking_names(ROOT / "adapters" / "__init__.py") == set(adapters._SUBMODULES)
