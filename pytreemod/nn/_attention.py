@@ -70,7 +70,7 @@ class ProjectHeads(Module, typecheck=True):
         shape = (in_features, heads, head_dim)
         self.kernel = Param(_init_flat(kernel_init, kkey, shape, 1, param_dtype))
         self.bias = (
-            Param(jnp.reshape(bias_init(bkey, (heads * head_dim,), param_dtype), (heads, head_dim)))
+            Param(_init_flat(bias_init, bkey, (heads, head_dim), 2, param_dtype, vector=True))
             if use_bias
             else None
         )
@@ -156,7 +156,13 @@ class MergeHeads(Module, typecheck=True):
 
 
 def _init_flat(
-    init: Initializer, key: jax.Array, shape: tuple[int, ...], split: int, dtype: Any
+    init: Initializer,
+    key: jax.Array,
+    shape: tuple[int, ...],
+    split: int,
+    dtype: Any,
+    *,
+    vector: bool = False,
 ) -> Any:
     """Initialise a ``shape`` kernel as the matrix ``(prod(shape[:split]),
     prod(shape[split:]))`` and reshape it, as Flax's ``DenseGeneral`` does, so fan-in and
@@ -164,7 +170,9 @@ def _init_flat(
     name per axis of the full shape is called with the full shape instead (give it
     ``in_axis``/``out_axis`` for the right fan-in, e.g. ``lecun_normal(in_axis=0,
     out_axis=(1, 2))`` for ``ProjectHeads``)."""
-    flat = (math.prod(shape[:split]), math.prod(shape[split:]))
+    flat: tuple[int, ...] = (math.prod(shape[:split]), math.prod(shape[split:]))
+    if vector:  # a bias: initialised as the vector (prod(shape),)
+        flat = (math.prod(shape),)
     try:  # tracing only: does the initializer box its result with per-axis names?
         probe = jax.eval_shape(lambda k: init(k, shape, dtype), key)
     except AxisMetadataError:

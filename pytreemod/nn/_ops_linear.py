@@ -9,12 +9,14 @@ from jax import lax
 from jaxtyping import Float, Integer
 
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
+from .._sharding_rules import contraction, gather_rows, match_trailing, out_kwargs, sharding_errors
 from ._ops_common import promote_dtype
 
 
 def _add_bias(y: jax.Array, bias: AnyArray | None) -> jax.Array:
     if bias is None:
         return y
+    bias = match_trailing(bias, y)
     # Explicit broadcast (rank promotion may be "raise"), as Flax writes it.
     return y + jnp.reshape(bias, (1,) * (y.ndim - bias.ndim) + bias.shape)
 
@@ -32,6 +34,7 @@ def linear(
     dtype: Any = None,
     precision: Any = None,
     dot_general: DotGeneral | None = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch out_features"]:
     """``x @ kernel + bias`` over the last axis of ``x`` (Flax ``Dense``'s math).
 
@@ -48,8 +51,11 @@ def linear(
     """
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
     dot = dot_general or lax.dot_general
-    y = dot(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
-    return _add_bias(y, bias)
+    x, kernel, derived = contraction(x, kernel, (x.ndim - 1,), (0,), op="linear")
+    kw = out_kwargs(out_sharding, derived, x, kernel)
+    with sharding_errors("linear", x=x, kernel=kernel):
+        y = dot(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision, **kw)
+        return _add_bias(y, bias)
 
 
 def _axes(ndim: int, axes: int | Sequence[int]) -> tuple[int, ...]:
@@ -67,6 +73,7 @@ def dense_general(
     dtype: Any = None,
     precision: Any = None,
     dot_general: DotGeneral | None = None,
+    out_sharding: Any = None,
 ) -> jax.Array:
     """Contract ``axis`` of ``x`` with a kernel (Flax ``DenseGeneral``'s math).
 
@@ -95,12 +102,17 @@ def dense_general(
     dot = dot_general or lax.dot_general
     contract = tuple(range(n_batch, n_batch + n_axis))
     dims = ((axes, contract), (batch, tuple(range(n_batch))))
-    y = dot(x, kernel, dims, precision=precision)
-    if bias is None:
-        return y
-    kept = [a for a in range(ndim) if a not in axes]
-    lead = tuple(x.shape[a] if a in batch else 1 for a in kept)
-    return y + jnp.reshape(bias, lead + features)
+    x, kernel, derived = contraction(
+        x, kernel, axes, contract, batch, tuple(range(n_batch)), op="dense_general"
+    )
+    kw = out_kwargs(out_sharding, derived, x, kernel)
+    with sharding_errors("dense_general", x=x, kernel=kernel):
+        y = dot(x, kernel, dims, precision=precision, **kw)
+        if bias is None:
+            return y
+        kept = [a for a in range(ndim) if a not in axes]
+        lead = tuple(x.shape[a] if a in batch else 1 for a in kept)
+        return y + match_trailing(jnp.reshape(bias, lead + features), y)
 
 
 @checked
@@ -111,6 +123,7 @@ def project_heads(
     *,
     dtype: Any = None,
     precision: Any = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch heads head_dim"]:
     """Project features to ``(heads, head_dim)`` (Flax ``DenseGeneral(features=(h, d))``).
 
@@ -120,8 +133,11 @@ def project_heads(
     (2, 5, 4, 8)
     """
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
-    y = lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
-    return _add_bias(y, bias)
+    x, kernel, derived = contraction(x, kernel, (x.ndim - 1,), (0,), op="project_heads")
+    kw = out_kwargs(out_sharding, derived, x, kernel)
+    with sharding_errors("project_heads", x=x, kernel=kernel):
+        y = lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision, **kw)
+        return _add_bias(y, bias)
 
 
 @checked
@@ -132,6 +148,7 @@ def merge_heads(
     *,
     dtype: Any = None,
     precision: Any = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch out_features"]:
     """Project ``(heads, head_dim)`` back to features (Flax ``DenseGeneral(axis=(-2, -1))``).
 
@@ -142,8 +159,11 @@ def merge_heads(
     """
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
     dims = (((x.ndim - 2, x.ndim - 1), (0, 1)), ((), ()))
-    y = lax.dot_general(x, kernel, dims, precision=precision)
-    return _add_bias(y, bias)
+    x, kernel, derived = contraction(x, kernel, dims[0][0], (0, 1), op="merge_heads")
+    kw = out_kwargs(out_sharding, derived, x, kernel)
+    with sharding_errors("merge_heads", x=x, kernel=kernel):
+        y = lax.dot_general(x, kernel, dims, precision=precision, **kw)
+        return _add_bias(y, bias)
 
 
 @checked
@@ -152,6 +172,7 @@ def embed(
     embedding: Float[AnyArray, "num_embeddings features"],
     *,
     dtype: Any = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch features"]:
     """Look up rows of ``embedding`` (Flax ``Embed``): output ``(*ids.shape, features)``.
 
@@ -168,7 +189,14 @@ def embed(
         embedding = jnp.asarray(embedding, dtype)
     if embedding.shape[0] == 1:
         return jnp.broadcast_to(embedding, (*ids.shape, embedding.shape[1]))
-    return jnp.take(embedding, ids, axis=0)
+    embedding, derived = gather_rows(embedding, ids, op="embed")
+    kw = out_kwargs(out_sharding, derived, embedding, ids)
+    if not kw:
+        return jnp.take(embedding, ids, axis=0)
+    with sharding_errors("embed", embedding=embedding, ids=ids):
+        # jnp.take's semantics (negative ids count from the end, ids past the end give
+        # NaN rows) with the output sharding stated.
+        return embedding.at[ids].get(mode="fill", **kw)
 
 
 @checked
@@ -178,6 +206,7 @@ def attend(
     *,
     dtype: Any = None,
     precision: Any = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch num_embeddings"]:
     """``query @ embedding.T``: logits over the vocabulary with a tied embedding.
 
@@ -188,7 +217,10 @@ def attend(
     """
     query, embedding = promote_dtype(query, embedding, dtype=dtype)
     dims = (((query.ndim - 1,), (1,)), ((), ()))
-    return lax.dot_general(query, embedding, dims, precision=precision)
+    query, embedding, derived = contraction(query, embedding, (query.ndim - 1,), (1,), op="attend")
+    kw = out_kwargs(out_sharding, derived, query, embedding)
+    with sharding_errors("attend", query=query, embedding=embedding):
+        return lax.dot_general(query, embedding, dims, precision=precision, **kw)
 
 
 @python_numbers
@@ -221,6 +253,7 @@ def einsum_dense(
     dtype: Any = None,
     precision: Any = None,
     preferred_element_type: Any = None,
+    out_sharding: Any = None,
 ) -> jax.Array:
     """``einsum(equation, x, kernel) + bias`` (Flax ``Einsum``'s math); ``bias`` has the
     shape ``einsum_bias_shape`` gives.
@@ -234,10 +267,17 @@ def einsum_dense(
     """
     equation = equation.replace(" ", "")
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
-    y = jnp.einsum(
-        equation, x, kernel, precision=precision, preferred_element_type=preferred_element_type
-    )
-    if bias is None:
-        return y
-    _, broadcast = einsum_bias_shape(equation, x.shape, kernel.shape)
-    return y + jnp.reshape(bias, broadcast)
+    kw = out_kwargs(out_sharding, None, x, kernel)
+    with sharding_errors("einsum_dense", x=x, kernel=kernel):
+        y = jnp.einsum(
+            equation,
+            x,
+            kernel,
+            precision=precision,
+            preferred_element_type=preferred_element_type,
+            **kw,
+        )
+        if bias is None:
+            return y
+        _, broadcast = einsum_bias_shape(equation, x.shape, kernel.shape)
+        return y + match_trailing(jnp.reshape(bias, broadcast), y)

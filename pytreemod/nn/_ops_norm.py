@@ -16,6 +16,7 @@ from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
+from .._sharding_rules import match_trailing
 from ._ops_common import at_least_float32, canonicalize_axes
 
 Axes = int | Sequence[int]
@@ -158,12 +159,12 @@ def normalize(
     # bias makes the result complex (as Flax's promotion does).
     if scale is not None:
         dt = _promote(mul.dtype, scale.dtype)
-        mul = _cast(mul, dt) * _cast(scale, dt).reshape(feature_shape)
+        mul = _cast(mul, dt) * match_trailing(_cast(scale, dt).reshape(feature_shape), y)
     dt = _promote(y.dtype, mul.dtype)
     y = _cast(y, dt) * _cast(mul, dt)
     if bias is not None:
         dt = _promote(y.dtype, bias.dtype)
-        y = _cast(y, dt) + _cast(bias, dt).reshape(feature_shape)
+        y = _cast(y, dt) + match_trailing(_cast(bias, dt).reshape(feature_shape), y)
     return _cast(y, out_dtype)
 
 
