@@ -26,8 +26,8 @@ from typing import Any
 
 from .. import errors, serialization
 from ..core import DenyList, LazyRng
-from ._module_apply import _get_unbound_fn
-from ._module_base import Module, wrap_method_once
+from ._module._apply import _get_unbound_fn
+from ._module._base import Module, wrap_method_once
 from ._transforms_scopes import (
     _field_attrs,
     _test_transformed_return_values,

@@ -15,7 +15,7 @@ import jax
 
 from .. import errors
 from ..core import Scope, Variable
-from ._module_base import Module
+from ._module._base import Module
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from jax import lax
 
 from pytreemod.nn import functional as F
 
-from . import _traced, initializers
+from . import _traced, initializers, transforms
 from .dtypes import canonicalize_dtype
 from .module import Module, compact, merge_param
 
@@ -394,7 +394,6 @@ class SpectralNorm(Module):
     @compact
     def __call__(self, *args: Any, update_stats: bool, **kwargs: Any) -> Any:
         """Call the wrapped layer with spectrally normalised parameters."""
-        from . import transforms
 
         def forward(layer: Any) -> Any:
             return layer(*args, **kwargs)
@@ -464,7 +463,6 @@ class WeightNorm(Module):
     @compact
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped layer with weight-normalised parameters."""
-        from . import transforms
 
         def forward(layer: Any) -> Any:
             return layer(*args, **kwargs)

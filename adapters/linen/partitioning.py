@@ -21,6 +21,7 @@ from adapters.core import unfreeze as unfreeze
 from adapters.core._filters import union as _union_filters
 
 from . import module as _module
+from . import transforms
 from .spmd import RulesFallback as RulesFallback
 from .spmd import _is_logical_spec
 from .spmd import _with_sharding_constraint as _with_sharding_constraint
@@ -244,8 +245,6 @@ def _is_mutable(axis_col: str) -> bool:
 def _add_axis_to_metadata(fn: Any, axis_pos: Any, axis_name: str, axis_col: str) -> Any:
     """Wrap a transformed target so its ``axis_col`` names gain ``axis_name`` at
     ``axis_pos`` on the way out (and lose it on the way in)."""
-    from . import transforms
-
     pos: int = getattr(axis_pos, "axis", axis_pos)
 
     def insert(names: Any) -> Any:
@@ -298,8 +297,6 @@ def scan_with_axes(
 ) -> Any:
     """``nn.scan`` that also adds ``axis_name`` to the ``<col>_axes`` metadata of every
     scanned collection in ``axes_collections`` (the metadata itself is broadcast)."""
-    from . import transforms
-
     axes_filters = tuple(f"{col}_axes" for col in axes_collections)
     broadcast = _union_filters(variable_broadcast, axes_filters)
     scanned = transforms.lift_transform(
@@ -339,8 +336,6 @@ def vmap_with_axes(
 ) -> Any:
     """``nn.vmap`` that adds ``partitioning_axis_names[col]`` to the ``<col>_axes``
     metadata of each mapped collection."""
-    from . import transforms
-
     variable_axes = dict(variable_axes)
     for name in partitioning_axis_names:
         variable_axes[f"{name}_axes"] = None
@@ -400,8 +395,6 @@ def remat(
     methods: Any = None,
 ) -> Any:
     """``nn.remat`` with ``static_argnums`` (arguments after ``self``) as constants."""
-    from . import transforms
-
     return transforms.lift_transform(
         core_remat_static,
         target,

@@ -15,8 +15,8 @@ import jax
 
 from ..core import FrozenDict, lift, meta
 from ..core.lift import broadcast as broadcast
-from ._module_base import Module
-from ._module_context import _derive_profiling_name, _named_call_enabled
+from ._module._base import Module
+from ._module._context import _derive_profiling_name, _named_call_enabled
 from ._transforms_lift import _HashableProxy as _HashableProxy
 from ._transforms_lift import decorator_lift_transform as decorator_lift_transform
 from ._transforms_lift import lift_direct_transform as lift_direct_transform

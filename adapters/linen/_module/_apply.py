@@ -9,39 +9,26 @@ no scope leaks into the caller's module) and run a method of the clone.
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 import pytreemod as pm
 
-from .. import core, errors
-from ..core import DenyList, FrozenDict, LazyRng, freeze
-from ._module_context import _config_flag, _context
-from ._module_variables import _VariablesMixin
+from ... import core, errors
+from ...core import DenyList, FrozenDict, freeze
+from ...core._apply import _is_valid_rng
+from . import _summary
+from ._context import _config_flag, _context, intercept_methods
+from ._marker import ModuleBase
+from ._variables import _VariablesMixin
 
-if TYPE_CHECKING:
-    from ._module_base import Module
-
-M = TypeVar("M", bound="Module")
 _NO_INTERMEDIATES = DenyList("intermediates")
 
 
 def capture_call_intermediates(_: Any, method_name: str) -> bool:
     """The default ``capture_intermediates`` filter: every ``__call__`` output."""
     return method_name == "__call__"
-
-
-def _is_valid_rng(rng: Any) -> bool:
-    if isinstance(rng, LazyRng):
-        return True
-    if not isinstance(rng, (np.ndarray, jax.Array)):
-        return False
-    if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
-        return rng.shape == ()
-    return rng.shape == (2,) and rng.dtype == np.uint32
 
 
 def _check_rng_dict(rngs: Mapping[str, Any], what: str) -> None:
@@ -81,9 +68,7 @@ def _maybe_freeze(tree: Any) -> Any:
 
 
 def _module_checks(module: Any) -> None:
-    from ._module_base import Module
-
-    if not isinstance(module, Module):
+    if not isinstance(module, ModuleBase):
         raise errors.InvalidInstanceModuleError()
     if "_id" not in module.__dict__:
         raise errors.IncorrectPostInitOverrideError()
@@ -91,9 +76,7 @@ def _module_checks(module: Any) -> None:
 
 def _get_unbound_fn(method_or_fn: Any) -> Callable[..., Any]:
     """The plain function behind a bound method of a module; checked to take a module."""
-    from ._module_base import Module
-
-    if inspect.ismethod(method_or_fn) and isinstance(method_or_fn.__self__, Module):
+    if inspect.ismethod(method_or_fn) and isinstance(method_or_fn.__self__, ModuleBase):
         method_or_fn = method_or_fn.__func__
     if not callable(method_or_fn) or len(inspect.signature(method_or_fn).parameters) < 1:
         raise errors.ApplyModuleInvalidMethodError(method_or_fn)
@@ -101,8 +84,6 @@ def _get_unbound_fn(method_or_fn: Any) -> Callable[..., Any]:
 
 
 def _resolve_method(module: Any, method: Any) -> Callable[..., Any]:
-    from ._module_base import Module
-
     if isinstance(method, str):
         attribute_name = method
         method = getattr(module, attribute_name)
@@ -111,7 +92,7 @@ def _resolve_method(module: Any, method: Any) -> Callable[..., Any]:
                 f"'{type(module).__name__}.{attribute_name}' must be a callable, got "
                 f"{type(method)}."
             )
-        if isinstance(method, Module):
+        if isinstance(method, ModuleBase):
 
             def call_submodule(self: Any, *args: Any, **kwargs: Any) -> Any:
                 return getattr(self, attribute_name)(*args, **kwargs)
@@ -144,9 +125,9 @@ def _capture_and_mutable(capture_intermediates: Any, mutable: Any) -> tuple[Any,
 
 def apply(
     fn: Callable[..., Any],
-    module: "Module",
+    module: ModuleBase,
     mutable: Any = False,
-    capture_intermediates: bool | Callable[["Module", str], bool] = False,
+    capture_intermediates: bool | Callable[[ModuleBase, str], bool] = False,
 ) -> Callable[..., Any]:
     """``fn(module, *args)`` as a pure function ``(variables, *args, rngs=None)``.
 
@@ -171,9 +152,9 @@ def apply(
 
 def init_with_output(
     fn: Callable[..., Any],
-    module: "Module",
+    module: ModuleBase,
     mutable: Any = _NO_INTERMEDIATES,
-    capture_intermediates: bool | Callable[["Module", str], bool] = False,
+    capture_intermediates: bool | Callable[[ModuleBase, str], bool] = False,
 ) -> Callable[..., tuple[Any, Any]]:
     """``fn(module, *args)`` as an init function ``(rngs, *args) -> (output, variables)``."""
     capture, mutable = _capture_and_mutable(capture_intermediates, mutable)
@@ -196,9 +177,9 @@ def init_with_output(
 
 def init(
     fn: Callable[..., Any],
-    module: "Module",
+    module: ModuleBase,
     mutable: Any = _NO_INTERMEDIATES,
-    capture_intermediates: bool | Callable[["Module", str], bool] = False,
+    capture_intermediates: bool | Callable[[ModuleBase, str], bool] = False,
 ) -> Callable[..., Any]:
     """``fn(module, *args)`` as an init function ``(rngs, *args) -> variables``."""
     init_fn = init_with_output(fn, module, mutable, capture_intermediates)
@@ -224,7 +205,7 @@ class _ApplyMixin(_VariablesMixin):
         rngs: Any = None,
         method: Callable[..., Any] | str | None = None,
         mutable: Any = False,
-        capture_intermediates: bool | Callable[["Module", str], bool] = False,
+        capture_intermediates: bool | Callable[[ModuleBase, str], bool] = False,
         **kwargs: Any,
     ) -> Any:
         """Run ``method`` (default ``__call__``; a name or a function of the module) on
@@ -244,7 +225,7 @@ class _ApplyMixin(_VariablesMixin):
         *args: Any,
         method: Callable[..., Any] | str | None = None,
         mutable: Any = _NO_INTERMEDIATES,
-        capture_intermediates: bool | Callable[["Module", str], bool] = False,
+        capture_intermediates: bool | Callable[[ModuleBase, str], bool] = False,
         **kwargs: Any,
     ) -> tuple[Any, Any]:
         """Initialize the variables by running ``method``; returns ``(output, variables)``.
@@ -267,7 +248,7 @@ class _ApplyMixin(_VariablesMixin):
         *args: Any,
         method: Callable[..., Any] | str | None = None,
         mutable: Any = _NO_INTERMEDIATES,
-        capture_intermediates: bool | Callable[["Module", str], bool] = False,
+        capture_intermediates: bool | Callable[[ModuleBase, str], bool] = False,
         **kwargs: Any,
     ) -> Any:
         """Initialize and return the variables (``init_with_output`` without the output)."""
@@ -332,12 +313,10 @@ class _ApplyMixin(_VariablesMixin):
         show_repeated: bool = False,
         mutable: Any = _NO_INTERMEDIATES,
         **kwargs: Any,
-    ) -> dict[str, "Module"]:
+    ) -> dict[str, ModuleBase]:
         """``{'/'-joined path: unbound copy}`` of every module whose method runs during
         ``init`` (the root's path is ``''``), found by tracing ``init`` abstractly."""
-        from ._module_context import intercept_methods
-
-        found: dict[str, Module] = {}
+        found: dict[str, ModuleBase] = {}
 
         def record(next_fun: Any, a: Any, k: Any, context: Any) -> Any:
             module = context.module
@@ -355,9 +334,7 @@ class _ApplyMixin(_VariablesMixin):
     def tabulate(self, rngs: Any, *args: Any, **kwargs: Any) -> str:
         """A table of this module's submodules, inputs, outputs and variables
         (``adapters.linen.summary.tabulate``)."""
-        from . import summary  # type: ignore[attr-defined]
-
-        return summary.tabulate(self, rngs, **_split_tabulate_kwargs(kwargs))(*args, **kwargs)
+        return _summary.tabulate(self, rngs, **_split_tabulate_kwargs(kwargs))(*args, **kwargs)
 
 
 _TABULATE_OPTIONS = (

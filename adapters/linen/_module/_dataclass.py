@@ -9,9 +9,9 @@ import itertools
 from collections.abc import Callable
 from typing import Any, Optional
 
-from .. import errors
-from ._module_context import _unspecified_parent
-from .kw_only_dataclasses import inherit_kw_only
+from ... import errors
+from ..kw_only_dataclasses import inherit_kw_only
+from ._context import _unspecified_parent
 
 
 class DescriptorWrapper:

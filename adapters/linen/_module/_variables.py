@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import jax
 import jax.numpy as jnp
 
-from .. import errors
-from ..core import Scope, Variable
+from ... import errors
+from ...core import Scope, Variable
 
 T = TypeVar("T")
 K = TypeVar("K")

@@ -10,10 +10,11 @@ import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._module_base import Module
+from ... import config
+from ._marker import ModuleBase
+from ._values import _represent_tree
 
 
 class _ParentSentinel:
@@ -48,7 +49,7 @@ class _DynamicContext(threading.local):
     """Per-thread stacks: modules whose methods run, capture filters, call records."""
 
     def __init__(self) -> None:
-        self.module_stack: list[Module | None] = [None]
+        self.module_stack: list[ModuleBase | None] = [None]
         self.capture_stack: list[Any] = []
         self.call_info_stack: list[Any] = []
 
@@ -63,7 +64,7 @@ _context = _DynamicContext()
 class _CallInfo:
     """One recorded method call (for ``tabulate``): its order, the module's path, an
     unbound copy of the module, the scope's rngs and mutability, and the call's inputs
-    and outputs (as ``summary._represent_tree`` shows them, when available)."""
+    and outputs (as ``_values._represent_tree`` shows them)."""
 
     index: int
     path: tuple[str, ...]
@@ -91,8 +92,7 @@ class _CallInfoContext:
     def record(
         self, index: int, module: Any, method: str, args: Any, kwargs: Any, outputs: Any
     ) -> None:
-        represent = _tree_representer()
-        args, kwargs, outputs = represent((args, kwargs, outputs))
+        args, kwargs, outputs = _represent_tree((args, kwargs, outputs))
         scope = module.scope
         self.calls.append(
             _CallInfo(
@@ -107,14 +107,6 @@ class _CallInfoContext:
                 outputs,
             )
         )
-
-
-def _tree_representer() -> Callable[[Any], Any]:
-    try:
-        from .summary import _represent_tree  # type: ignore[attr-defined]
-    except ImportError:
-        return lambda tree: tree
-    return _represent_tree
 
 
 @contextlib.contextmanager
@@ -139,7 +131,7 @@ class InterceptorContext:
     - ``orig_method``: the method bound to ``module``, without interceptors.
     """
 
-    module: "Module"
+    module: ModuleBase
     method_name: str
     orig_method: Callable[..., Any]
 
@@ -189,7 +181,7 @@ def intercept_methods(interceptor: Interceptor) -> Iterator[None]:
 
 
 def run_interceptors(
-    orig_method: Callable[..., Any], module: "Module", *args: Any, **kwargs: Any
+    orig_method: Callable[..., Any], module: ModuleBase, *args: Any, **kwargs: Any
 ) -> Any:
     """Call ``orig_method(module, *args, **kwargs)`` through the active interceptors."""
     method_name = getattr(orig_method, "__name__", "<unnamed>")
@@ -224,18 +216,9 @@ class _NamedCallState:
 _named_call = _NamedCallState()
 
 
-_config_module: list[Any] = []
-
-
 def _config_flag(name: str, default: bool = False) -> bool:
     """The value of ``adapters.config.<name>`` (``default`` if there is no such flag)."""
-    if not _config_module:
-        try:
-            from .. import config  # type: ignore[attr-defined]
-        except ImportError:  # no config module: every flag has its default
-            config = None
-        _config_module.append(config)
-    return bool(getattr(_config_module[0], name, default))
+    return bool(getattr(config, name, default))
 
 
 def _named_call_enabled() -> bool:
@@ -266,7 +249,7 @@ def override_named_call(enable: bool = True) -> Iterator[None]:
         _named_call.enabled = previous
 
 
-def _derive_profiling_name(module: "Module", fn: Callable[..., Any]) -> str:
+def _derive_profiling_name(module: Any, fn: Callable[..., Any]) -> str:
     fn_name = getattr(fn, "__name__", "fn")
     method_suffix = "" if fn_name == "__call__" else f".{fn_name}"
     module_name = module.name or type(module).__name__

@@ -1,28 +1,16 @@
-"""Module helpers outside the class: ``compact_name_scope``, ``share_scope``,
-``merge_param``."""
+"""Module helpers outside the class: ``compact_name_scope`` (whose child module,
+``CompactNameScope``, lives with ``Module`` in ``_base``), ``share_scope``, ``merge_param``."""
 
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .. import errors
-from ..core import Scope
-from ._module_base import Module, compact
+from ... import errors
+from ...core import Scope
+from ._base import Module
 
 T = TypeVar("T")
 _CallableT = TypeVar("_CallableT", bound=Callable[..., Any])
-
-
-class CompactNameScope(Module):
-    """The child module behind a ``@compact_name_scope`` method: runs the method's body
-    with this module as the naming scope of what it creates."""
-
-    fn: Callable[..., Any]
-    module_fn: Callable[[], Module]
-
-    @compact
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(self.module_fn(), *args, **kwargs)
 
 
 def compact_name_scope(fun: _CallableT) -> _CallableT:

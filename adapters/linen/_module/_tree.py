@@ -10,7 +10,8 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..core import FrozenDict
+from ...core import FrozenDict
+from ._marker import ModuleBase
 
 
 def _is_namedtuple(x: Any) -> bool:
@@ -96,10 +97,8 @@ def _freeze_attr(val: Any) -> Any:
 
 def _map_submodules(fn: Callable[[Any], Any], tree: Any) -> Any:
     """Apply ``fn`` to every ``Module`` in an attribute tree (freezing the result)."""
-    from ._module_base import Module
-
     return _freeze_attr(
-        _map_over_modules_in_tree(lambda _, x: fn(x) if isinstance(x, Module) else x, tree)
+        _map_over_modules_in_tree(lambda _, x: fn(x) if isinstance(x, ModuleBase) else x, tree)
     )
 
 

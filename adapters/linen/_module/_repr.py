@@ -3,6 +3,8 @@
 import dataclasses
 from typing import Any
 
+from ._marker import ModuleBase
+
 
 def _indent(text: str, num_spaces: int) -> str:
     pad = " " * num_spaces
@@ -12,11 +14,9 @@ def _indent(text: str, num_spaces: int) -> str:
 
 def _attr_repr(value: Any) -> str:
     """Functions print as their name (``relu``), everything else with ``repr``."""
-    from ._module_base import Module
-
     if callable(value):
-        name = value.__dict__.get("__name__") if isinstance(value, Module) else None
-        if not isinstance(value, Module):
+        name = value.__dict__.get("__name__") if isinstance(value, ModuleBase) else None
+        if not isinstance(value, ModuleBase):
             name = getattr(value, "__name__", None)
         if name:
             return name
@@ -25,8 +25,6 @@ def _attr_repr(value: Any) -> str:
 
 def _module_repr(module: Any, num_spaces: int = 4) -> str:
     """The multi-line repr; reads only the instance dict, so it never runs ``setup``."""
-    from ._module_base import Module
-
     cls = type(module)
     try:
         fields = dataclasses.fields(cls)
@@ -40,7 +38,8 @@ def _module_repr(module: Any, num_spaces: int = 4) -> str:
         for attr in attributes:
             body += f"{attr} = {_attr_repr(d.get(attr, None))}\n"
     state = d.get("_state")
-    children = {k: v for k, v in state.children.items() if isinstance(v, Module)} if state else {}
+    kids = state.children.items() if state else ()
+    children = {k: v for k, v in kids if isinstance(v, ModuleBase)}
     if children:
         body += "# children\n"
         for child_name, child in children.items():

@@ -27,10 +27,10 @@ from typing import Any, TypeVar
 
 import jax
 
-from .. import errors
-from ..core import FrozenDict, Scope
-from ._module_apply import _ApplyMixin
-from ._module_context import (
+from ... import errors
+from ...core import FrozenDict, Scope
+from ._apply import _ApplyMixin
+from ._context import (
     _config_flag,
     _context,
     _derive_profiling_name,
@@ -40,15 +40,17 @@ from ._module_context import (
     _unspecified_parent,
     run_interceptors,
 )
-from ._module_dataclass import (
+from ._dataclass import (
     DescriptorWrapper as DescriptorWrapper,
 )
-from ._module_dataclass import (
+from ._dataclass import (
     _dataclass_transform,
     wrap_descriptor_once,
 )
-from ._module_state import SetupState, _ModuleInternalState, _uninitialized_module_internal_state
-from ._module_tree import (
+from ._marker import ModuleBase, module_field
+from ._repr import _module_repr
+from ._state import SetupState, _ModuleInternalState, _uninitialized_module_internal_state
+from ._tree import (
     _freeze_attr,
     _get_local_descriptor_names,
     _get_local_method_names,
@@ -137,26 +139,6 @@ class ParentDescriptor:
 
 
 # ----------------------------------------------------------------------------- Module
-
-
-def module_field(*, kw_only: bool = False, default: Any = ...) -> Any:
-    """A dataclass field for type checkers (``Module``'s ``parent`` and ``name``)."""
-    return dataclasses.field(kw_only=kw_only, default=default)
-
-
-@typing.dataclass_transform(field_specifiers=(dataclasses.field, module_field))
-class ModuleBase:
-    """Marks ``Module`` subclasses as dataclasses for type checkers (the attributes
-    declared here are not dataclass fields)."""
-
-    if typing.TYPE_CHECKING:
-        scope: Scope | None
-        _state: _ModuleInternalState
-        _parent_ref: Any
-        _compact_name_scope_methods: tuple[str, ...]
-        _init_field_names: tuple[str, ...]
-        _id: int
-        __dataclass_fields__: dict[str, dataclasses.Field[Any]]
 
 
 class Module(ModuleBase, _ApplyMixin):
@@ -376,7 +358,7 @@ class Module(ModuleBase, _ApplyMixin):
             if sub.name is None:
                 object.__setattr__(sub, "parent", self)
                 if adopted_name is None:
-                    if isinstance(sub, _compact_name_scope_type()):
+                    if isinstance(sub, CompactNameScope):
                         adopted_name = current_name
                     else:
                         adopted_name = f"{name}{suffix}"
@@ -442,10 +424,9 @@ class Module(ModuleBase, _ApplyMixin):
         jax.eval_shape(run_setup_only, 0)
 
     def _setup_compact_name_scopes(self) -> None:
-        scope_cls = _compact_name_scope_type()
         ref = weakref.ref(self)
         modules = {
-            n: scope_cls(
+            n: CompactNameScope(
                 getattr(type(self), n).inner_fun,  # type: ignore[call-arg]
                 ref,
                 parent=None,
@@ -458,8 +439,6 @@ class Module(ModuleBase, _ApplyMixin):
     # -- identity, copies
 
     def __repr__(self) -> str:
-        from ._module_repr import _module_repr
-
         return _module_repr(self)
 
     @property
@@ -553,12 +532,13 @@ def _identity_method(module: Any, x: Any) -> Any:
 _ParentType = Module | Scope | _ParentSentinel | None
 
 
-_COMPACT_NAME_SCOPE: list[type] = []
+class CompactNameScope(Module):
+    """The child module behind a ``@compact_name_scope`` method: runs the method's body
+    with this module as the naming scope of what it creates (adopted under its own name)."""
 
+    fn: Callable[..., Any]
+    module_fn: Callable[[], Module]
 
-def _compact_name_scope_type() -> type:
-    if not _COMPACT_NAME_SCOPE:
-        from ._module_extras import CompactNameScope
-
-        _COMPACT_NAME_SCOPE.append(CompactNameScope)
-    return _COMPACT_NAME_SCOPE[0]
+    @compact
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(self.module_fn(), *args, **kwargs)
