@@ -472,7 +472,7 @@ def msgpack_restore(encoded_pytree: bytes) -> Any:
 
 def _malformed(e: Exception) -> str:
     name = type(e).__name__
-    if isinstance(e, msgpack.exceptions.ExtraData):
+    if isinstance(e, _msgpack().exceptions.ExtraData):
         return f"msgpack data is malformed: bytes follow the end of the data ({name})"
     if "incomplete" in str(e).lower() or "out of data" in str(e).lower():
         return f"msgpack data ends early: the bytes are truncated ({name}: {e})"

@@ -15,9 +15,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import rich.console
-import rich.table
-import rich.text
 from jax.core import Tracer
 
 from ...core import DenyList, LazyRng, unfreeze
@@ -276,6 +273,9 @@ def _render_table(
     column_kwargs: Mapping[str, Any],
     non_param_cols: list[str],
 ) -> str:
+    import rich.table  # rendering is the only use: `import adapters.linen` stays light
+    import rich.text
+
     console_kwargs: dict[str, Any] = {"force_terminal": True, "force_jupyter": False}
     if console_extras is not None:
         console_kwargs.update(console_extras)
@@ -342,6 +342,8 @@ def _size_and_bytes(tree: Any) -> tuple[int, int]:
 
 
 def _get_rich_repr(obj: Any, console_kwargs: Mapping[str, Any]) -> str:
+    import rich.console
+
     out = io.StringIO()
     rich.console.Console(file=out, **console_kwargs).print(obj)
     return out.getvalue()

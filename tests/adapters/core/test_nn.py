@@ -195,10 +195,10 @@ def test_pooling_matches_flax_values_and_gradients_under_jit(shape, case) -> Non
             kw_flax = kw
         kw_flax = {**kw_flax, "window_shape": tuple(kw["window_shape"])}
         weights = random.normal(random.key(3), ours(x, **kw).shape)
-        g = jax.jit(jax.grad(lambda x, f=ours, kw=kw: (f(x, **kw) * weights).sum()))(x)
+        g = jax.jit(jax.grad(lambda x, f=ours, kw=kw, w=weights: (f(x, **kw) * w).sum()))(x)
         with flax_promotion():
             np.testing.assert_allclose(ours(x, **kw), theirs(x, **kw_flax), rtol=1e-6, atol=1e-6)
-            g_flax = jax.grad(lambda x, f=theirs, kw=kw_flax: (f(x, **kw) * weights).sum())(x)
+            g_flax = jax.grad(lambda x, f=theirs, kw=kw_flax, w=weights: (f(x, **kw) * w).sum())(x)
         np.testing.assert_allclose(g, g_flax, rtol=1e-6, atol=1e-6)
 
 
