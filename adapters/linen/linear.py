@@ -238,26 +238,17 @@ class Einsum(Module):
 
 def canonicalize_padding(padding: PaddingLike, rank: int) -> Any:
     """Padding as ``lax`` takes it: a string unchanged, an int on both sides of every
-    axis, or ``rank`` entries each an int or a ``(low, high)`` pair."""
+    axis, or ``rank`` entries each an int or a ``(low, high)`` pair (NumPy integers
+    included). The numbers are read by ``pytreemod.nn.functional.canonicalize_padding``."""
     if isinstance(padding, str):
         return padding
-    if isinstance(padding, int):
-        return [(padding, padding)] * rank
-    if isinstance(padding, Sequence) and len(padding) == rank:
-        pads: list[tuple[int, int]] = []
-        for p in padding:
-            if isinstance(p, int):
-                pads.append((p, p))
-            elif isinstance(p, tuple) and len(p) == 2:
-                pads.append(p)
-            else:
-                break
-        if len(pads) == rank:
-            return pads
-    raise ValueError(
-        f"Invalid padding format: {padding}, should be str, int, or a sequence of len {rank} "
-        "where each element is an int or pair of ints."
-    )
+    try:
+        return F.canonicalize_padding(padding, rank)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"Invalid padding format: {padding}, should be str, int, or a sequence of len "
+            f"{rank} where each element is an int or pair of ints."
+        ) from None
 
 
 def _kernel_size(kernel_size: int | Sequence[int]) -> tuple[int, ...]:

@@ -6,8 +6,12 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import re
+import typing
 from collections.abc import Callable
 from typing import Any, Optional
+
+import numpy as np
 
 from ... import errors
 from ..kw_only_dataclasses import inherit_kw_only
@@ -148,10 +152,85 @@ def _dataclass_transform(cls: type, kw_only: bool, parent_type: Any) -> None:
         )
         cls.name = dataclasses.field(default=None, kw_only=True)  # type: ignore[attr-defined]
         inherit_kw_only(cls)
+        own_init = "__init__" in cls.__dict__
         dataclasses.dataclass(
             cls, unsafe_hash="__hash__" not in cls.__dict__, repr=False, kw_only=kw_only
         )
+        if not own_init:  # the generated one
+            cls.__init__ = _python_numbers(cls, cls.__init__)  # type: ignore[misc]
     finally:
         for base_fields, reserved, value in hidden:
             base_fields[reserved] = value
     cls.__hash__ = _wrap_hash(cls.__hash__)  # type: ignore[method-assign]
+
+
+# ----------------------------------------------------------------------------- numbers
+# Python's numeric tower: a NumPy scalar passed for a field annotated with a Python number
+# (``momentum: float``, ``padding: PaddingLike``...) is stored as the Python number it
+# holds. It then means exactly what that number means: weakly typed in JAX arithmetic
+# (``np.int64(1)`` as an epsilon does not turn a float32 computation into an int one),
+# accepted wherever the layer tests ``isinstance(x, int)``, and hashed the same way.
+# pytreemod's own Modules and ops do the same.
+
+_NUMBER_WORD = re.compile(r"\b(int|float|complex)\b")
+
+
+def _is_numeric(hint: Any) -> bool:
+    if isinstance(hint, str):  # an annotation that could not be resolved
+        return _NUMBER_WORD.search(hint) is not None
+    if hint is int or hint is float or hint is complex:
+        return True
+    return any(_is_numeric(a) for a in typing.get_args(hint))
+
+
+def _numeric_fields(cls: type) -> frozenset[str]:
+    try:
+        hints: dict[str, Any] = typing.get_type_hints(cls)
+    except Exception:  # an unresolvable forward reference: read the raw annotations
+        hints = {}
+        for base in reversed(cls.__mro__):
+            hints.update(inspect.get_annotations(base))
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.init and _is_numeric(hints.get(f.name))
+    )
+
+
+def _as_python(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value if isinstance(value, np.bool_) else value.item()
+    if isinstance(value, (tuple, list)) and type(value) in (tuple, list):
+        if any(isinstance(v, np.generic) for v in value):
+            return type(value)(_as_python(v) for v in value)
+    return value
+
+
+def _python_numbers(cls: type, init: Callable[..., None]) -> Callable[..., None]:
+    """Wrap the dataclass ``__init__`` of ``cls`` so NumPy scalars given for its numeric
+    fields arrive as Python numbers. Which fields are numeric is read from the annotations
+    on the first call (when forward references have been defined)."""
+    slots: list[tuple[frozenset[int], frozenset[str]]] = []
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not slots:
+            names = _numeric_fields(cls)
+            params = list(inspect.signature(init).parameters.values())[1:]  # less self
+            positional = (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            )
+            positions = frozenset(
+                i for i, p in enumerate(params) if p.name in names and p.kind in positional
+            )
+            slots.append((positions, names))
+        positions, names = slots[0]
+        if positions and args:
+            args = tuple(_as_python(a) if i in positions else a for i, a in enumerate(args))
+        if names and kwargs:
+            for key in names.intersection(kwargs):
+                kwargs[key] = _as_python(kwargs[key])
+        init(self, *args, **kwargs)
+
+    return __init__

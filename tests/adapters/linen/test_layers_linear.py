@@ -194,13 +194,15 @@ def test_embed_rejects_float_ids() -> None:
         (2, 3, [(2, 2)] * 3),
         ([1, (2, 3)], 2, [(1, 1), (2, 3)]),
         ((1, 2), 2, [(1, 1), (2, 2)]),
+        (np.int64(2), 2, [(2, 2)] * 2),
+        ((np.int32(1), (np.int64(0), 2)), 2, [(1, 1), (0, 2)]),
     ],
 )
 def test_canonicalize_padding(padding: Any, rank: int, expected: Any) -> None:
     assert nn.linear.canonicalize_padding(padding, rank) == expected
 
 
-@pytest.mark.parametrize("padding", [(1, 2, 3), [(1, 2, 3)], "SAME ".split()])
+@pytest.mark.parametrize("padding", [(1, 2, 3), [(1, 2, 3)], "SAME ".split(), None, 1.5])
 def test_canonicalize_padding_rejects(padding: Any) -> None:
     with pytest.raises(ValueError, match="Invalid padding format"):
         nn.linear.canonicalize_padding(padding, 2)

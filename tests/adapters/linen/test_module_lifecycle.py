@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import adapters.linen as nn
@@ -89,6 +90,29 @@ def test_post_init_without_super_is_reported_at_init() -> None:
 def test_init_on_the_class_is_an_error() -> None:
     with pytest.raises(errors.InvalidInstanceModuleError, match="instance of the Module class"):
         Scale.init(jax.random.key(0), jnp.ones((1, 2)))  # type: ignore[arg-type]
+
+
+def test_numpy_scalars_in_numeric_fields_are_stored_as_python_numbers() -> None:
+    class Layer(nn.Module):
+        rate: float
+        sizes: tuple[int, ...] = (1,)
+        padding: "str | int" = "SAME"  # an annotation resolved on the first instance
+        anything: Any = None
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return x + self.rate  # a float32 result, as with a Python number
+
+    new: Any = Layer  # the NumPy scalars are what a static checker refuses
+    layer = new(np.int64(1), (np.int32(2), np.int32(3)), padding=np.int64(4))
+    assert (layer.rate, layer.sizes, layer.padding) == (1, (2, 3), 4)
+    assert [type(v) for v in (layer.rate, *layer.sizes, layer.padding)] == [int] * 4
+    assert type(new(rate=np.float32(0.5)).rate) is float
+    kept = np.float32(2.0)  # a field not annotated as a number keeps what it is given
+    assert new(0.5, anything=kept).anything is kept
+    assert type(new(np.bool_(True)).rate) is np.bool_  # booleans are not numbers here
+    y = new(np.int64(1)).apply({}, jnp.ones(2))
+    assert y.dtype == jnp.float32
+    assert type(new(np.int64(1)).clone(rate=np.float32(3.0)).rate) is float
 
 
 # ----------------------------------------------------------------------------- setup
