@@ -153,7 +153,10 @@ class ShapeError(PytreemodError, TypeError):
     are not the kernel's, keys and values of different lengths, or two arguments of your
     own method annotated with one dimension name but given different sizes. The message
     names the module class and method (when a module called the op), the arguments, the
-    dimension that disagrees and the shapes seen.
+    dimension that disagrees and the shapes seen. A layer that fails inside a model is
+    named by its path from the outermost module called (``Model.blocks[3].mlp.up(x=...)``,
+    ``Model.attn.query(...)`` for an attention layer's projection; ``[*]`` for a layer of
+    a stack that ``pm.scan`` runs), eagerly and under ``jit``.
 
     Fix: give the layer inputs of the shape its docstring shows, or build the layer with
     sizes that match the data (``Linear(in_features=x.shape[-1], ...)``); for your own

@@ -30,11 +30,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 import jax
+import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import AbstractArray, TypeCheckError, jaxtyped
 
 from ._errors import ShapeError
 from ._repr import array_summary
+from ._tree import format_path
 
 AnyArray: TypeAlias = jax.Array | np.ndarray
 """What array annotations accept: JAX arrays (tracers included) and NumPy arrays."""
@@ -87,7 +89,8 @@ def checked(fn: F, *, method: bool | None = None) -> F:
                 reason = str(error)
             if is_method:
                 arguments = dict(bound.arguments)
-                where = _describe_call(arguments.pop(str(first)), fn.__name__, arguments)
+                module = arguments.pop(str(first))
+                where = _describe_call(module, fn.__name__, arguments, sys._getframe(1))
                 raise ShapeError(f"{where}: {reason}") from None
             raise ShapeError(_with_context(op_name, reason, sys._getframe(1))) from None
 
@@ -271,12 +274,21 @@ def _module_frame(frame: types.FrameType | None) -> types.FrameType | None:
     return None
 
 
-def _describe_call(module: Any, method: str, arguments: dict[str, Any]) -> str:
+def _describe_call(
+    module: Any, method: str, arguments: dict[str, Any], caller: types.FrameType | None
+) -> str:
+    """``Linear.__call__(x=f32[2, 5])``, or, when ``module`` was called by an enclosing
+    model (found on the calling frames, ``caller`` outward), the call as that model's path:
+    ``Model.blocks[1].mlp.up(x=f32[2, 5])``."""
     shown = [
         f"{name}={summary(value)}"
         for name, value in arguments.items()
         if value is not module and hasattr(value, "shape")
     ]
+    root, path = _model_path(module, caller)
+    if path:
+        called = "" if method == "__call__" else f".{method}"
+        return f"{type(root).__name__}{path}{called}({', '.join(shown)})"
     return f"{type(module).__name__}.{method}({', '.join(shown)})"
 
 
@@ -287,8 +299,85 @@ def _with_context(op: str, reason: str, frame: types.FrameType | None) -> str:
     code = found.f_code
     local = found.f_locals
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-    where = _describe_call(local["self"], code.co_name, {n: local.get(n) for n in names})
+    arguments = {n: local.get(n) for n in names}
+    where = _describe_call(local["self"], code.co_name, arguments, found.f_back)
     return f"{where}: {reason} (checked in {op})"
+
+
+# ----------------------------------------------------------------------------- model path
+#
+# Only a failed check pays for this: the calling frames are walked once the error is
+# being raised. A Module method running on the stack has its module as ``self``; each
+# enclosing one that holds the module below it (as a field, in a list or dict field, or
+# deeper: ``self.mlp.up(x)``) adds the key path between the two. Nothing is recorded
+# while a model runs, so a successful call and the compiled program are unchanged. Under
+# a trace the frames are the same (JAX traces Python on this stack), and a layer
+# wrapped by ``trace_once`` whose cached trace fails is run again directly, from its
+# caller's frame, so the path holds there too.
+
+
+def _model_path(module: Any, frame: types.FrameType | None) -> tuple[Any, str]:
+    """The outermost module on the calling frames that holds ``module`` (through a chain
+    of modules each holding the next), and the path from it to ``module``
+    (``".blocks[1].mlp.up"``; ``""`` when no calling module holds it)."""
+    root, path = module, ""
+    seen: set[int] = {id(module)}
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and id(owner) not in seen and _is_module(owner):
+            seen.add(id(owner))
+            found = _key_path(owner, root)
+            if found is not None:
+                root, path = owner, found + path
+        frame = frame.f_back
+    return root, path
+
+
+def _key_path(owner: Any, child: Any) -> str | None:
+    """The path from ``owner`` to ``child`` among its PyTree children or static fields,
+    or ``None`` when it does not hold it.
+
+    ``child`` is found by identity; failing that, as the one child of its class and tree
+    structure whose arrays have its shapes (a copy, as a ``replace`` makes) or one more
+    leading axis (a layer of a stack that ``pm.scan`` or ``pm.vmap`` slices: ``[*]``).
+    """
+    for keys, node in _nodes(owner, lambda x: x is child):
+        if node is child:
+            return format_path(keys)
+    for name in getattr(type(owner), "_pytreemod_static", ()):
+        if getattr(owner, name, None) is child:
+            return f".{name}"
+    same_kind = lambda x: x is not owner and type(x) is type(child)
+    nodes = _nodes(owner, same_kind)
+    matches = [(keys, m) for keys, m in nodes if type(m) is type(child)]
+    found = [(keys, s) for keys, m in matches if (s := _stacked(m, child)) is not None]
+    if len(found) != 1:
+        return None
+    keys, stacked = found[0]
+    return format_path(keys) + ("[*]" if stacked else "")
+
+
+def _nodes(tree: Any, is_leaf: Callable[[Any], bool]) -> list[tuple[Any, Any]]:
+    try:
+        return jtu.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
+    except Exception:  # a tree JAX cannot flatten: no path through it
+        return []
+
+
+def _stacked(candidate: Any, child: Any) -> bool | None:
+    """``False`` if ``candidate`` has ``child``'s structure and shapes, ``True`` if it has
+    its structure and one more leading axis on every array, else ``None``."""
+    leaves, treedef = jtu.tree_flatten(candidate)
+    child_leaves, child_treedef = jtu.tree_flatten(child)
+    if treedef != child_treedef:
+        return None
+    shapes = [tuple(getattr(x, "shape", ())) for x in leaves]
+    child_shapes = [tuple(getattr(x, "shape", ())) for x in child_leaves]
+    if shapes == child_shapes:
+        return False
+    if shapes and all(s[1:] == c and len(s) == len(c) + 1 for s, c in zip(shapes, child_shapes)):
+        return True
+    return None
 
 
 # ----------------------------------------------------------------------------- explain

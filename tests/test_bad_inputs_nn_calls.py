@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, Callable[[jax.Array], Any], int, int]] = [
     ("LayerNorm", nn.LayerNorm(3), 1, 3),
     ("RMSNorm", nn.RMSNorm(3), 1, 3),
     ("GroupNorm", nn.GroupNorm(3, 1), 2, 3),
-    ("(MultiHeadAttention|ProjectHeads)", nn.MultiHeadAttention(1, 3, key=KEY), 2, 3),
+    ("MultiHeadAttention", nn.MultiHeadAttention(1, 3, key=KEY), 2, 3),
     ("ProjectHeads", nn.ProjectHeads(3, 2, 2, key=KEY), 1, 3),
 ]
 
@@ -59,7 +59,8 @@ def test_input_of_a_wrong_shape_is_a_shape_error(
     name: str, layer: Callable[[jax.Array], Any], min_rank: int, features: int, data: st.DataObject
 ) -> None:
     shape = data.draw(_wrong_shape(min_rank, features), label="shape")
-    with pytest.raises(pm.ShapeError, match=rf"{name}\.__call__\("):
+    # The layer's class and method, or the path of the sublayer that failed in it.
+    with pytest.raises(pm.ShapeError, match=rf"^{name}(\.__call__|\.\w+(\[\d+\])?)\("):
         layer(jnp.ones(shape))
 
 
@@ -70,7 +71,10 @@ def test_a_non_float_input_is_a_shape_error_naming_the_dtype(
     name: str, layer: Callable[[jax.Array], Any], min_rank: int, features: int, dtype: Any
 ) -> None:
     x = jnp.ones((2,) * (min_rank - 1) + (features,), dtype)
-    with pytest.raises(pm.ShapeError, match=rf"{name}\.__call__.*dtype {jnp.dtype(dtype).name}"):
+    with pytest.raises(
+        pm.ShapeError,
+        match=rf"^{name}(\.__call__|\.\w+(\[\d+\])?)\(.*dtype {jnp.dtype(dtype).name}",
+    ):
         layer(x)
 
 

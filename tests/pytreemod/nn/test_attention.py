@@ -185,7 +185,7 @@ def test_shape_errors_name_the_layer_and_dimension(getkey: Key) -> None:
     layer = _layer(getkey)
     with pytest.raises(
         pm.ShapeError,
-        match=r"ProjectHeads.__call__\(x=f32\[2, 5, 12\]\): dimension 'in_features' does not "
+        match=r"^MultiHeadAttention.key\(x=f32\[2, 5, 12\]\): dimension 'in_features' does not "
         r"agree: it is 16 in 'kernel' \(f32\[16, 4, 4\], axis 0",
     ):
         jax.eval_shape(layer, jnp.ones((2, 5, 16)), jnp.ones((2, 5, 12)))
