@@ -425,6 +425,31 @@ def tabulate(
     data of their own), and only on the model's own submodules: calls made inside a
     transform over the model (a ``pm.scan`` over stacked layers) run on rebuilt copies.
     """
+    model, method = _target(model, method, depth)
+    calls, _ = _trace(model, method, mutable, inputs, input_kwargs)
+    root = _walk(model, (), 0, {})
+    flops = _FlopsOptions(compute_flops, compute_vjp_flops, mutable, {})
+    rows = _rows(root, calls, method, depth, show_repeated, flops)
+    options = {
+        "console_kwargs": dict(console_kwargs or {}),
+        "table_kwargs": dict(table_kwargs or {}),
+        "column_kwargs": dict(column_kwargs or {}),
+        "compute_flops": compute_flops,
+        "compute_vjp_flops": compute_vjp_flops,
+    }
+    return Summary(
+        model_type=type(model),
+        rows=tuple(rows),
+        collections=_collections(root),
+        totals=_total_counts(root),
+        flops=rows[0].flops if rows else None,
+        vjp_flops=rows[0].vjp_flops if rows else None,
+        render_options=options,
+    )
+
+
+def _target(model: Any, method: str, depth: int | None) -> tuple[Module, str]:
+    """The model and the name of the method to call, checked (a bound method gives both)."""
     if isinstance(model, BoundMethod):
         model, method = model.__self__, model.__func__.__name__
     if not isinstance(model, Module):
@@ -439,60 +464,73 @@ def tabulate(
             f"pm.tabulate: {type(model).__name__} has no method {method!r} to call; pass "
             "method= the name of one of its methods."
         )
-    calls, _ = _trace(model, method, mutable, inputs, input_kwargs)
-    root = _walk(model, (), 0, {})
+    return model, method
+
+
+@dataclasses.dataclass(frozen=True)
+class _FlopsOptions:
+    """Which FLOPs to compute for each row, and the cache shared by all rows."""
+
+    forward: bool
+    vjp: bool
+    mutable: FilterLike
+    cache: dict[Any, int | None]  # per (method, skeleton, shapes)
+
+
+def _rows(
+    root: _Node,
+    calls: list[_Call],
+    method: str,
+    depth: int | None,
+    show_repeated: bool,
+    flops: _FlopsOptions,
+) -> list[Row]:
+    """One row per submodule down to ``depth`` (per call with ``show_repeated``)."""
     by_path: dict[Path, list[_Call]] = {}
     for c in calls:
         by_path.setdefault(c.path, []).append(c)
-    collections: list[str] = []
     rows: list[Row] = []
-    cache: dict[Any, int | None] = {}  # per (method, skeleton, shapes)
+    for node in _nodes(root):
+        if depth is not None and node.depth > depth:
+            continue
+        name = method if not node.path else "__call__"
+        node_calls = by_path.get(node.path, [])
+        for i, c in enumerate(node_calls[: None if show_repeated else 1] or [None]):
+            rows.append(_row(node, name, c, bool(i), flops))
+    return rows
+
+
+def _row(node: _Node, method: str, call: _Call | None, repeated: bool, opts: _FlopsOptions) -> Row:
+    """The row of one call of ``node`` (a later call lists no variables of its own)."""
+    flops = vjp_flops = None
+    if opts.forward and call is not None:
+        flops = _call_flops(node.module, method, opts.mutable, call.inputs, opts.cache)
+    if opts.vjp and call is not None:
+        vjp_flops = _call_flops(node.module, method, opts.mutable, call.inputs, opts.cache, True)
+    return Row(
+        path=node.path,
+        module_type=type(node.module),
+        method=method,
+        depth=node.depth,
+        inputs=None if call is None else call.inputs,
+        outputs=None if call is None else call.outputs,
+        variables={} if repeated else _listing(node),
+        own={} if repeated else _own_counts(node),
+        total={} if repeated else _total_counts(node),
+        flops=flops,
+        repeated=repeated,
+        vjp_flops=vjp_flops,
+    )
+
+
+def _collections(root: _Node) -> tuple[str, ...]:
+    """Every collection of the model's variables, in order of appearance, params first."""
+    collections: list[str] = []
     for node in _nodes(root):
         for col in _listing(node):
             if col not in collections:
                 collections.append(col)
-        if depth is not None and node.depth > depth:
-            continue
-        node_calls = by_path.get(node.path, [])
-        for i, c in enumerate(node_calls[: None if show_repeated else 1] or [None]):
-            name = method if not node.path else "__call__"
-            flops = vjp_flops = None
-            if compute_flops and c is not None:
-                flops = _call_flops(node.module, name, mutable, c.inputs, cache)
-            if compute_vjp_flops and c is not None:
-                vjp_flops = _call_flops(node.module, name, mutable, c.inputs, cache, True)
-            rows.append(
-                Row(
-                    path=node.path,
-                    module_type=type(node.module),
-                    method=name,
-                    depth=node.depth,
-                    inputs=None if c is None else c.inputs,
-                    outputs=None if c is None else c.outputs,
-                    variables={} if i else _listing(node),
-                    own={} if i else _own_counts(node),
-                    total={} if i else _total_counts(node),
-                    flops=flops,
-                    repeated=bool(i),
-                    vjp_flops=vjp_flops,
-                )
-            )
     if "params" in collections:
         collections.remove("params")
         collections.insert(0, "params")
-    options = {
-        "console_kwargs": dict(console_kwargs or {}),
-        "table_kwargs": dict(table_kwargs or {}),
-        "column_kwargs": dict(column_kwargs or {}),
-        "compute_flops": compute_flops,
-        "compute_vjp_flops": compute_vjp_flops,
-    }
-    return Summary(
-        model_type=type(model),
-        rows=tuple(rows),
-        collections=tuple(collections),
-        totals=_total_counts(root),
-        flops=rows[0].flops if rows else None,
-        vjp_flops=rows[0].vjp_flops if rows else None,
-        render_options=options,
-    )
+    return tuple(collections)

@@ -3,16 +3,20 @@
 A spec is a JAX-style prefix of the arguments (int, ``None``, ``Carry``, ``StateAxes``, or
 tuples/dicts of them); ``_slot_specs`` resolves it for every variable slot of a packed tree
 and rejects different specs for aliases of one Variable. Messages name the slot by its path
-(``_describe``).
+(``_describe``). ``_remove_box_axes`` takes the mapped axis out of the axis-metadata
+boxes of the mapped slots before ``vmap``/``scan`` map over them.
 """
 
 from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
+import jax.tree_util as jtu
+
 from ._errors import TransformError
 from ._filters import FilterLike, check_collections, to_filter
-from ._pack import Skeleton
-from ._tree import Path, format_path
+from ._meta import is_box, remove_axis
+from ._pack import Skeleton, pack, unpack
+from ._tree import Path, format_path, is_array
 from ._variables import Variable
 
 
@@ -181,3 +185,36 @@ def _check_axis(what: str, where: Callable[[], str], shape: tuple[int, ...], ax:
             f"{what}: {where()} is {has}, which has no axis {ax} to {what} over; give it "
             "in_axes=None (the same value every time) or an axis it has."
         )
+
+
+def _holds_box(value: Any) -> bool:
+    inner = value.value if isinstance(value, Variable) else value
+    if is_box(inner):
+        return True
+    return not is_array(inner) and any(is_box(x) for x in jtu.tree_leaves(inner, is_leaf=is_box))
+
+
+def _remove_box_axes(
+    skel: Skeleton,
+    arrays: list[Any],
+    slot_values: list[Any],
+    slot_axis: Mapping[int, Any],
+    params: Mapping[Any, Any],
+) -> tuple[Skeleton, list[Any]]:
+    """``pm.remove_axis(value, axis, params)`` on every slot mapped along an int axis,
+    before the transform maps over it: a box's ``remove_axis`` sees the whole, still
+    stacked value (as in Flax's lifted transforms), so it may change that value, e.g.
+    broadcast a reduced one back to the mapped size. The packed ``(skeleton, arrays)``
+    of the result; unchanged (no copy) when no mapped slot holds a box."""
+    mapped_boxes = any(
+        isinstance(slot_axis[s], int) and _holds_box(v) for s, v in zip(skel.slots, slot_values)
+    )
+    if not mapped_boxes:
+        return skel, arrays
+
+    def fix(slot: int, value: Any) -> Any:
+        ax = slot_axis[slot]
+        return remove_axis(value, ax, params) if isinstance(ax, int) else value
+
+    new_skel, new_arrays, _ = pack(unpack(skel, arrays, fix))
+    return new_skel, new_arrays

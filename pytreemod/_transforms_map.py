@@ -9,9 +9,16 @@ import jax
 import jax.numpy as jnp
 
 from ._errors import TransformError, require_callable
-from ._meta import add_axis, remove_axis
+from ._meta import add_axis
 from ._pack import Skeleton, pack, unpack
-from ._transforms_axes import Carry, _args_spec, _check_axis, _describe, _slot_specs
+from ._transforms_axes import (
+    Carry,
+    _args_spec,
+    _check_axis,
+    _describe,
+    _remove_box_axes,
+    _slot_specs,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,8 +61,9 @@ def vmap(
     ``in_axes``/``out_axes`` are prefixes as in JAX, where a module argument takes an
     int, ``None`` or ``StateAxes({filter: axis_or_None})``. Non-array leaves pass through
     unmapped. Keyword arguments are mapped over axis 0, as in JAX. Axis-metadata boxes in
-    mapped state get ``remove_axis(axis, metadata_params)`` inside and mapped outputs
-    ``add_axis(axis, metadata_params)``.
+    mapped inputs get ``remove_axis(axis, metadata_params)`` before the mapping (on the
+    stacked value) and boxes in mapped outputs ``add_axis(axis, metadata_params)`` after
+    it (on the stacked value), so a box may change its value on the way in and out.
 
     An ensemble of ``n`` independently initialised models is one call::
 
@@ -92,16 +100,13 @@ def vmap(
                     f"vmap in_axes: Carry (at {_describe(skel.path(slot), 'args')}) is only "
                     "meaningful in scan; use an int axis or None."
                 )
+        skel, arrays = _remove_box_axes(skel, arrays, slot_values, slot_axis, params)
         array_axes = [slot_axis[s] for s in skel.array_slots()]
         _check_mapped_sizes(skel, arrays, array_axes, axis_size)
         cell: dict[str, Any] = {}
 
-        def fix_in(slot: int, value: Any) -> Any:
-            ax = slot_axis[slot]
-            return value if ax is None else remove_axis(value, ax, params)
-
         def body(arrays: list[Any]) -> Any:
-            a, k = unpack(skel, arrays, fix_in)
+            a, k = unpack(skel, arrays)
             out = fun_(*a, **k)
             oskel, oarrays, ovalues = pack(out)
             oaxis = _slot_specs(oskel, ovalues, out_axes, "vmap out_axes", "output")

@@ -2,12 +2,12 @@
 per positional argument.
 
 One call runs in steps, each a function below: ``_plan`` resolves the mode of every array
-of the arguments (carried, scanned along an axis, broadcast) and checks the scanned
-lengths; ``_make_body`` builds the function ``jax.lax.scan`` iterates (rebuild the
-iteration's arguments, call, split the output into the new carry and the stacked
-outputs); ``_stacked_outputs`` puts the stacked axes in place and adds box axes;
-``_rebuild_carry`` reassembles the carried arguments from their carried, scanned and
-broadcast state.
+of the arguments (carried, scanned along an axis, broadcast), removes the scanned axis
+from the boxes of scanned state and checks the scanned lengths; ``_make_body`` builds the
+function ``jax.lax.scan`` iterates (rebuild the iteration's arguments, call, split the
+output into the new carry and the stacked outputs); ``_stacked_outputs`` puts the stacked
+axes in place and adds box axes; ``_rebuild_carry`` reassembles the carried arguments from
+their carried, scanned and broadcast state.
 """
 
 import dataclasses
@@ -20,9 +20,17 @@ import jax
 import jax.numpy as jnp
 
 from ._errors import TransformError, require_callable
-from ._meta import add_axis, remove_axis
+from ._meta import add_axis
 from ._pack import Skeleton, pack, unpack
-from ._transforms_axes import Carry, StateAxes, _args_spec, _check_axis, _describe, _slot_specs
+from ._transforms_axes import (
+    Carry,
+    StateAxes,
+    _args_spec,
+    _check_axis,
+    _describe,
+    _remove_box_axes,
+    _slot_specs,
+)
 from ._tree import Path, format_path
 
 P = ParamSpec("P")
@@ -136,6 +144,7 @@ def _plan(fun: Callable[..., Any], args: tuple[Any, ...], opts: _Options) -> _Pl
         )
     skel, arrays, slot_values = pack(args)
     mode = _slot_specs(skel, slot_values, spec, "scan in_axes", "*args")
+    skel, arrays = _remove_box_axes(skel, arrays, slot_values, mode, opts.params)
     array_slots = skel.array_slots()
     amode = [mode[s] for s in array_slots]
     carry_idx = [i for i, m in enumerate(amode) if m is Carry]
@@ -207,17 +216,13 @@ def _make_body(
 ) -> Callable[[list[Any], list[Any]], Any]:
     """The function ``jax.lax.scan`` iterates; it leaves the outputs' skeleton in ``cell``."""
 
-    def fix_in(slot: int, value: Any) -> Any:
-        m = plan.mode[slot]
-        return value if m is None or m is Carry else remove_axis(value, m, opts.params)
-
     def body(carry: list[Any], x: list[Any]) -> Any:
         full = list(plan.arrays)
         for i, c in zip(plan.carry_idx, carry):
             full[i] = c
         for i, v in zip(plan.xs_idx, x):
             full[i] = v
-        inner_args = unpack(plan.skel, full, fix_in)
+        inner_args = unpack(plan.skel, full)
         out = fun(*inner_args)
         inner_carry = tuple(inner_args[i] for i in plan.carry_args)
         new_carry, state_ys, rest = _split_output(out, inner_carry, plan, opts)
@@ -370,8 +375,9 @@ def scan(
 
         y = forward(x, layers)
 
-    Boxes in scanned state get ``remove_axis(axis, metadata_params)`` inside and scanned
-    outputs ``add_axis(axis, metadata_params)``.
+    Boxes in scanned inputs get ``remove_axis(axis, metadata_params)`` before the loop (on
+    the stacked value) and boxes in stacked outputs ``add_axis(axis, metadata_params)``
+    after it.
 
     Typing: the scanned function has ``fun``'s parameters and return type (stacked
     outputs gain an axis the types do not show). Arguments are positional only.

@@ -1,17 +1,20 @@
 """What ``lift.vmap`` and ``lift.scan`` share: the axis specs (``In``, ``Out``,
-``broadcast``, one spec per argument, the mapped size), the split of rng keys, and the
-handling of the variables' axis-metadata boxes.
+``broadcast``, one spec per argument, the mapped size), the split of rng keys, and Flax's
+check that a mapped ``Partitioned`` box has a ``partition_name``.
+
+The boxes' axes themselves are not handled here: the lifted transforms pass the boxes and
+``metadata_params`` to ``pm.vmap``/``pm.scan``, which call ``pm.remove_axis`` and
+``pm.add_axis`` (pytreemod's one implementation).
 """
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 import jax
 
 import pytreemod as pm
 
-from . import meta
 from ._errors import LiftError, PartitioningUnspecifiedError
 
 
@@ -119,30 +122,6 @@ def contains(spec: Any, marker: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------- boxes
-
-
-def remove_axes(groups: Sequence[Any], axes: Sequence[Any], params: Any) -> tuple[Any, ...]:
-    """As in Flax, boxes of a mapped group lose the axis before the transform sees the
-    (still stacked) values; a box may change its value there (e.g. broadcast it)."""
-    return tuple(
-        g if ax is None else meta.remove_axis(g, ax, params) for g, ax in zip(groups, axes)
-    )
-
-
-def add_axes(groups: Sequence[Any], axes: Sequence[Any], params: Any) -> tuple[Any, ...]:
-    """The boxes of a mapped output group gain the axis after the values are stacked."""
-    return tuple(g if ax is None else meta.add_axis(g, ax, params) for g, ax in zip(groups, axes))
-
-
-def hide_boxes(groups: Sequence[Any]) -> tuple[tuple[list[Any], ...], tuple[Any, ...]]:
-    """The leaves and tree structures of ``groups``: the pytreemod transform sees plain
-    arrays, so it does not touch the boxes' metadata a second time."""
-    flat = [jax.tree.flatten(g) for g in groups]
-    return tuple(f[0] for f in flat), tuple(f[1] for f in flat)
-
-
-def show_boxes(leaves: Sequence[Any], treedefs: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(jax.tree.unflatten(t, list(x)) for t, x in zip(treedefs, leaves))
 
 
 def check_partition_name(groups: Iterable[Any], axes: Iterable[Any], params: Any) -> None:

@@ -1,9 +1,11 @@
 """The lifted ``scan`` and ``remat_scan``: ``pack`` plus ``pytreemod.scan``.
 
 ``lift.scan`` passes carried groups as ``pm.Carry``, scanned groups with their axis and
-broadcast groups as ``None`` to ``pm.scan``; there is no second implementation of scan
-here. Limit (the lifting note's table): carry variables cannot be created inside a
-``scan`` body (``CarryVariableInitError``).
+broadcast groups as ``None`` to ``pm.scan``, boxes and ``metadata_params`` as they are:
+``pm.scan`` removes the scanned axis from the boxes of scanned groups before the loop and
+adds it to the boxes of stacked outputs after it. There is no second implementation of
+scan, or of the box axes, here. Limit (the lifting note's table): carry variables cannot
+be created inside a ``scan`` body (``CarryVariableInitError``).
 """
 
 import dataclasses
@@ -23,17 +25,13 @@ from ._lift import pack
 from ._lift_util import NO_AXES, is_scope, merge_carry, scope_paths, unzip2
 from ._lifted import remat
 from ._lifted_axes import (
-    add_axes,
     axis_leaves,
     broadcast,
     check_partition_name,
     contains,
-    hide_boxes,
     mapped_size,
     no_broadcast,
     per_arg,
-    remove_axes,
-    show_boxes,
     split_in_out_axes,
     split_keys,
 )
@@ -45,14 +43,10 @@ def _take(x: Any, axis: int, index: int) -> Any:
 
 
 def _slice_tree(tree: Any, axis: int, index: int, params: Mapping[Any, Any]) -> Any:
-    """Element ``index`` along ``axis`` of every array (boxes lose the axis's metadata)."""
-
-    def one(x: Any) -> Any:
-        if pm.is_box(x):
-            return jax.tree.map(lambda v: _take(v, axis, index), x).remove_axis(axis, params)
-        return _take(x, axis, index)
-
-    return jax.tree.map(one, tree, is_leaf=pm.is_box)
+    """Element ``index`` along ``axis`` of every array, as ``pm.scan`` hands iteration
+    ``index`` its slice: boxes lose the axis first (``pm.remove_axis``), then the values
+    are sliced."""
+    return jax.tree.map(lambda v: _take(v, axis, index), pm.remove_axis(tree, axis, params))
 
 
 def _slice_prefix(spec: Any, tree: Any, index: int, params: Mapping[Any, Any]) -> Any:
@@ -100,7 +94,8 @@ def scan(
     - ``length``, ``reverse``, ``unroll``: as in ``jax.lax.scan``.
     - ``data_transform``: optional ``(variable_groups, rng_groups) -> (variable_groups,
       rng_groups)`` applied inside each iteration.
-    - ``metadata_params``: passed to the boxes' ``add_axis``/``remove_axis``.
+    - ``metadata_params``: passed to ``pm.scan``, which calls the boxes'
+      ``remove_axis`` on the way in and ``add_axis`` on the way out with it.
 
     - ``check_constancy_invariants``: as in Flax, the body is traced once more outside the
       loop (``False`` saves that trace; broadcast variables are then created by that
@@ -185,16 +180,14 @@ class _Scan:
         bcast_in, carry_in = variable_groups[0], variable_groups[1]
         scan_in = tuple(variable_groups[2:])
         check_partition_name(scan_in, self.var_in_axes, self.params)
-        scan_leaves, scan_trees = hide_boxes(remove_axes(scan_in, self.var_in_axes, self.params))
         bcast_out: tuple[dict[str, Any], ...] = tuple({} for _ in bcast_in)
         where, creates_bcast = self._probe(scope_fn, variable_groups, rng_groups)
         if creates_bcast or self.check_constancy_invariants:
             # One run of the body outside the loop (Flax's extra trace): it creates the
             # broadcast variables when they may be created, else it is only traced.
             index = n - 1 if self.reverse else 0
-            scan0 = show_boxes(
-                [[_take(x, ax, index) for x in g] for g, ax in zip(scan_leaves, self.var_in_axes)],
-                scan_trees,
+            scan0 = tuple(
+                _slice_tree(g, ax, index, self.params) for g, ax in zip(scan_in, self.var_in_axes)
             )
             run_first = functools.partial(
                 self._run_once,
@@ -211,8 +204,7 @@ class _Scan:
                 bcast_in = tuple({**b, **o} for b, o in zip(bcast_in, bcast_out))
             else:
                 jax.eval_shape(run_first)
-        scan_out_trees: list[Any] = []
-        body = functools.partial(self._body, scope_fn, repack_fn, where, scan_trees, scan_out_trees)
+        body = functools.partial(self._body, scope_fn, repack_fn, where)
         (carry_out, c), (ys, scan_out) = pm.scan(
             body,
             in_axes=(
@@ -227,10 +219,9 @@ class _Scan:
             reverse=self.reverse,
             unroll=self.unroll,
             metadata_params=self.params,
-        )((carry_in, init), bcast_in, scan_leaves, rng_groups, *args)
-        scan_out = show_boxes(scan_out, scan_out_trees)
+        )((carry_in, init), bcast_in, scan_in, rng_groups, *args)
         check_partition_name(scan_out, self.var_out_axes, self.params)
-        return (c, ys), (bcast_out, carry_out, *add_axes(scan_out, self.var_out_axes, self.params))
+        return (c, ys), (bcast_out, carry_out, *scan_out)
 
     def _probe(
         self, scope_fn: Callable[..., Any], variable_groups: Any, rng_groups: Any
@@ -273,8 +264,6 @@ class _Scan:
         scope_fn: Callable[..., Any],
         repack_fn: Callable[..., Any],
         where: str,
-        scan_trees: Any,
-        scan_out_trees: list[Any],
         carry: Any,
         bcast: Any,
         scan_vars: Any,
@@ -283,7 +272,7 @@ class _Scan:
     ) -> Any:
         """One iteration inside ``pm.scan``; broadcast variables are read-only here."""
         carry_vars, c = carry
-        groups = (bcast, carry_vars, *show_boxes(scan_vars, scan_trees))
+        groups = (bcast, carry_vars, *scan_vars)
         if self.data_transform is not None:
             groups, rngs = self.data_transform(groups, rngs)
         read_only_broadcast = _filters.to_filter(pm.Not(self.bcast_filter))
@@ -291,9 +280,7 @@ class _Scan:
         c, y = self.fn(scope, c, *xs)
         out = repack_fn(scope)
         new_carry = merge_carry("scan", where, carry_vars, out[1])
-        out_leaves, trees = hide_boxes(out[2:])
-        scan_out_trees[:] = trees
-        return (new_carry, c), (y, out_leaves)
+        return (new_carry, c), (y, out[2:])
 
 
 def remat_scan(

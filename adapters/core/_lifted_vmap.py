@@ -2,7 +2,10 @@
 
 The variable groups are plain dicts, so they go into ``pm.vmap`` as arguments, each with
 its axis from ``variable_axes`` (``None`` broadcasts) in ``pm.vmap``'s ``in_axes``; the rng
-groups go in split (axis 0) or whole. There is no second implementation of vmap here.
+groups go in split (axis 0) or whole. Axis-metadata boxes go in and come out as they are,
+with ``metadata_params``: ``pm.vmap`` removes the mapped axis from the boxes of mapped
+groups before mapping and adds it to the boxes of mapped outputs after (Flax's order).
+There is no second implementation of vmap, or of the box axes, here.
 """
 
 from collections.abc import Callable, Mapping
@@ -13,14 +16,10 @@ import pytreemod as pm
 from ._lift import pack
 from ._lift_util import unzip2
 from ._lifted_axes import (
-    add_axes,
     axis_leaves,
     check_partition_name,
-    hide_boxes,
     mapped_size,
     per_arg,
-    remove_axes,
-    show_boxes,
     split_in_out_axes,
     split_keys,
 )
@@ -50,8 +49,9 @@ def vmap(
     - ``in_axes``/``out_axes``: as in ``jax.vmap``, for the arguments after the scope and
       for the output.
     - ``axis_size``, ``axis_name``, ``spmd_axis_name``: as in ``jax.vmap``.
-    - ``metadata_params``: passed to ``add_axis``/``remove_axis`` of axis-metadata boxes
-      (e.g. ``{pm.PARTITION_NAME: 'heads'}``).
+    - ``metadata_params``: passed to ``pm.vmap``, which calls the axis-metadata boxes'
+      ``remove_axis`` on the way in and ``add_axis`` on the way out with it (e.g.
+      ``{pm.PARTITION_NAME: 'heads'}``).
 
     >>> import jax, jax.numpy as jnp
     >>> from adapters.core import init, lift, nn
@@ -85,17 +85,13 @@ def vmap(
             )
 
         check_partition_name(variable_groups, in_axes_v, params)
-        in_leaves, in_trees = hide_boxes(remove_axes(variable_groups, in_axes_v, params))
-        out_trees: list[Any] = []
 
-        def mapped(leaves: Any, rng_groups: Any, *args: Any) -> Any:
-            scope = scope_fn(show_boxes(leaves, in_trees), rng_groups)
+        def mapped(variable_groups: Any, rng_groups: Any, *args: Any) -> Any:
+            scope = scope_fn(variable_groups, rng_groups)
             y = fn(scope, *args)
-            out_leaves, trees = hide_boxes(repack_fn(scope))
-            out_trees[:] = trees
-            return y, out_leaves
+            return y, repack_fn(scope)
 
-        y, out_leaves = pm.vmap(
+        y, out_groups = pm.vmap(
             mapped,
             in_axes=(tuple(in_axes_v), rng_axes, *arg_axes),
             out_axes=(out_axes, tuple(out_axes_v)),
@@ -103,9 +99,8 @@ def vmap(
             axis_name=axis_name,
             spmd_axis_name=spmd_axis_name,
             metadata_params=params,
-        )(in_leaves, tuple(rng_groups), *args)
-        out_groups = show_boxes(out_leaves, out_trees)
+        )(tuple(variable_groups), tuple(rng_groups), *args)
         check_partition_name(out_groups, out_axes_v, params)
-        return y, add_axes(out_groups, out_axes_v, params)
+        return y, out_groups
 
     return pack(inner, in_groups, out_groups, rng_filters, name="vmap")

@@ -1,9 +1,13 @@
 """Axis metadata for ``adapters.core``: pytreemod's boxes under ``flax.core.meta``'s names.
 
-The boxes are pytreemod's (``AxisMetadata``, ``Partitioned``, ``LogicallyPartitioned``);
-this module adds only the tree-level helpers of ``flax.core.meta`` (``add_axis``,
-``remove_axis``, ``replace_boxed``, ``map_axis_meta``), which apply a box method to every
-box in a tree, and Flax's ``get_partition_spec``/``get_sharding``.
+The boxes are pytreemod's (``AxisMetadata``, ``Partitioned``, ``LogicallyPartitioned``),
+so their ``add_axis``/``remove_axis`` methods are pytreemod's. The tree-level helpers of
+``flax.core.meta`` that apply a box method to every box in a tree are pytreemod's too:
+``add_axis`` is ``pm.add_axis``, ``remove_axis`` is ``pm.remove_axis``, ``map_axis_meta``
+is ``pm.map_boxes`` (the same objects; the lifted transforms do not call them, they hand
+the boxes and ``metadata_params`` to ``pm.vmap``/``pm.scan``, which do). This module adds
+``replace_boxed``, Flax's ``unbox`` (sharding-constrained under a mesh) and Flax's
+``get_partition_spec``/``get_sharding``.
 
 Those two follow Flax, not pytreemod: a ``Partitioned`` box's spec is its names as they
 are, and a ``LogicallyPartitioned`` box's too (its *logical* names; Linen code maps them to
@@ -11,7 +15,7 @@ mesh axes with ``nn.logical_to_mesh_sharding``). pytreemod's functions of the sa
 resolve logical names through the active rules instead.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -55,19 +59,9 @@ def unbox(tree: Any) -> Any:
     return jax.tree.map(lambda x: _unbox_one(x) if pm.is_box(x) else x, tree, is_leaf=pm.is_box)
 
 
-def map_axis_meta(fn: Callable[[AxisMetadata], Any], tree: Any) -> Any:
-    """Apply ``fn`` to every box in ``tree`` (other leaves unchanged)."""
-    return jax.tree.map(lambda x: fn(x) if pm.is_box(x) else x, tree, is_leaf=pm.is_box)
-
-
-def add_axis(tree: Any, index: int, params: Mapping[Any, Any]) -> Any:
-    """``box.add_axis(index, params)`` for every box in ``tree``."""
-    return map_axis_meta(lambda b: b.add_axis(index, params), tree)
-
-
-def remove_axis(tree: Any, index: int, params: Mapping[Any, Any]) -> Any:
-    """``box.remove_axis(index, params)`` for every box in ``tree``."""
-    return map_axis_meta(lambda b: b.remove_axis(index, params), tree)
+map_axis_meta = pm.map_boxes
+add_axis = pm.add_axis
+remove_axis = pm.remove_axis
 
 
 def replace_boxed(tree: Any, updates: Any) -> Any:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import errors, io
+from ..core import FrozenDict, freeze
 
 logger = logging.getLogger("adapters.training.checkpoints")
 
@@ -184,8 +185,6 @@ def convert_pre_linen(params: Any) -> Any:
     in natural order, at every level. A tree already in Linen form comes back unchanged;
     a ``FrozenDict`` comes back frozen.
     """
-    from ..core import FrozenDict, freeze
-
     if not isinstance(params, (dict, FrozenDict)):
         return params
     renamed: dict[str, Any] = {}

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._errors import LayerConfigError
 from .._meta import AxisMetadata
 
 
@@ -50,7 +51,6 @@ def canonicalize_axes(ndim: int, axes: int | Iterable[int]) -> tuple[int, ...]:
 
 
 def _bad_axis(axis: int, ndim: int) -> int:
-    from .._errors import LayerConfigError
 
     raise LayerConfigError(f"axis {axis} is out of range for an input with {ndim} axes.")
 
@@ -60,7 +60,6 @@ def as_tuple(
 ) -> tuple[int, ...]:
     """Broadcast an int (or ``None`` meaning 1) to ``n`` entries; check a sequence's length
     and that every entry is a positive int (strides and dilations)."""
-    from .._errors import LayerConfigError
 
     if value is None:
         return (1,) * n

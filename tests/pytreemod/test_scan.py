@@ -469,3 +469,40 @@ def test_scan_out_axes_none_for_stacked_output_is_rejected() -> None:
     f = pm.scan(lambda c, x: (c, x), in_axes=(pm.Carry, 0), out_axes=(pm.Carry, None))
     with pytest.raises(pm.TransformError, match=r"scan out_axes: None at output"):
         f(jnp.zeros(()), jnp.ones(3))
+
+
+class _Reduced(pm.AxisMetadata):
+    """Stores the mean over a scanned axis and broadcasts it back when the axis is removed."""
+
+    value: Any
+
+    def unbox(self) -> Any:
+        return self.value
+
+    def add_axis(self, index: int, params: Any) -> "_Reduced":
+        return self.replace(value=jnp.mean(self.value, axis=index))
+
+    def remove_axis(self, index: int, params: Any) -> "_Reduced":
+        shape = list(self.value.shape)
+        shape.insert(index, params["length"])
+        return self.replace(value=jnp.broadcast_to(self.value, shape))
+
+
+def test_box_axes_change_outside_the_loop() -> None:
+    # remove_axis sees the stacked input before the loop (it may broadcast a stored value
+    # to the scanned length), add_axis the stacked output after it.
+    seen: list[tuple[int, ...]] = []
+
+    def step(c: jax.Array, box: _Reduced, x: jax.Array) -> tuple[jax.Array, _Reduced]:
+        seen.append(box.value.shape)
+        return c + box.value, box.replace(value=box.value * x)
+
+    xs = jnp.arange(4.0)
+    f = pm.scan(
+        step, in_axes=(pm.Carry, 0, 0), out_axes=(pm.Carry, 0), metadata_params={"length": 4}
+    )
+    c, out = f(jnp.zeros(()), _Reduced(jnp.asarray(3.0)), xs)
+    assert seen == [()]
+    np.testing.assert_allclose(c, 12.0, rtol=1e-6)
+    assert out.value.shape == ()
+    np.testing.assert_allclose(out.value, 3.0 * jnp.mean(xs), rtol=1e-6)

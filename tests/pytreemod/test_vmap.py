@@ -372,3 +372,37 @@ def test_jit_of_vmap(getkey: Callable[[], jax.Array]) -> None:
 def test_vmap_bool_axis_is_rejected() -> None:
     with pytest.raises(pm.TransformError, match=r"vmap in_axes: False at .* is not an axis"):
         pm.vmap(lambda x: x, in_axes=False)(jnp.ones(3))
+
+
+class _Reduced(pm.AxisMetadata):
+    """Stores the mean over a mapped axis and broadcasts it back when the axis is removed."""
+
+    value: Any
+
+    def unbox(self) -> Any:
+        return self.value
+
+    def add_axis(self, index: int, params: Any) -> "_Reduced":
+        return self.replace(value=jnp.mean(self.value, axis=index))
+
+    def remove_axis(self, index: int, params: Any) -> "_Reduced":
+        shape = list(self.value.shape)
+        shape.insert(index, params["size"])
+        return self.replace(value=jnp.broadcast_to(self.value, shape))
+
+
+def test_box_axes_change_outside_the_mapping() -> None:
+    # remove_axis sees the stacked input before the mapping (it may broadcast a stored
+    # value to the mapped size), add_axis the stacked output after it.
+    seen: list[tuple[int, ...]] = []
+
+    def f(box: _Reduced, x: jax.Array) -> tuple[_Reduced, jax.Array]:
+        seen.append(box.value.shape)
+        return box.replace(value=box.value + x), box.value * x
+
+    box = _Reduced(jnp.asarray(2.0))
+    out, ys = pm.vmap(f, metadata_params={"size": 3})(box, _arange(3))
+    assert seen == [()]
+    np.testing.assert_allclose(ys, 2.0 * _arange(3), rtol=1e-6)
+    assert out.value.shape == ()
+    np.testing.assert_allclose(out.value, 2.0 + jnp.mean(_arange(3)), rtol=1e-6)

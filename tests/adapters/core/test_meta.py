@@ -15,6 +15,9 @@ from adapters.core import Scope, apply, init, lift, meta
 def test_meta_reexports_pytreemod_boxes() -> None:
     assert meta.Partitioned is pm.Partitioned and meta.AxisMetadata is pm.AxisMetadata
     assert meta.with_partitioning is pm.with_partitioning
+    # One implementation of the box axes: the tree helpers are pytreemod's.
+    assert meta.add_axis is pm.add_axis and meta.remove_axis is pm.remove_axis
+    assert meta.map_axis_meta is pm.map_boxes
     # meta.unbox is Flax's (constrains Partitioned values under a mesh); without a mesh it
     # strips boxes as pytreemod's does.
     tree = {"w": pm.Partitioned(jnp.ones((2, 3)), ("a", "b")), "b": jnp.ones(3)}
@@ -92,3 +95,33 @@ def test_partitioned_params_through_vmap_and_scan_round_trip() -> None:
     assert box.names == ("layers", "ensemble", "embed", "mlp")
     assert box.value.shape == (3, 2, 4, 4)
     np.testing.assert_allclose(apply(ensemble)(v, xs), y, rtol=1e-6)
+
+
+def test_lifted_vmap_moves_each_box_axis_once() -> None:
+    # The lifted vmap hands the boxes to pm.vmap, which removes the mapped axis once on the
+    # way in and adds it once on the way out (no second copy in the adapter).
+    calls: list[str] = []
+
+    class Counted(pm.AxisMetadata):
+        def unbox(self) -> jax.Array:
+            return self.value
+
+        def add_axis(self, index: int, params: object) -> "Counted":
+            calls.append(f"add {index}")
+            return self
+
+        def remove_axis(self, index: int, params: object) -> "Counted":
+            calls.append(f"remove {index}")
+            return self
+
+    def body(scope: Scope, x: jax.Array) -> jax.Array:
+        v = scope.variable("aux", "v", lambda: Counted(jnp.ones(3)), unbox=False)
+        return x * v.value.value
+
+    f = lift.vmap(body, variable_axes={"aux": 0}, split_rngs={})
+    _, v = init(f)(jax.random.key(0), jnp.ones((2, 3)))
+    assert calls == ["add 0"] and v["aux"]["v"].value.shape == (2, 3)
+    calls.clear()
+    y, _ = apply(f, mutable=["aux"])(v, jnp.ones((2, 3)))
+    assert calls == ["remove 0", "add 0"]
+    assert y.shape == (2, 3)
