@@ -18,15 +18,15 @@ import pytest
 
 from adapters import linen as nn
 
+LAYER_MODULES = ["adapters.linen.linear", "adapters.linen.normalization"]
 LAYERS = sorted(
     name
     for name in dir(nn)
     if isinstance(getattr(nn, name), type)
     and issubclass(getattr(nn, name), nn.Module)
     and getattr(nn, name) is not nn.Module
-    and getattr(nn, name).__module__ in {"adapters.linen.linear"}
+    and getattr(nn, name).__module__ in set(LAYER_MODULES)
 )
-LAYER_MODULES = ["adapters.linen.linear"]
 
 
 def _section(doc: str, title: str) -> list[str]:
