@@ -18,7 +18,11 @@ import pytest
 
 from adapters import linen as nn
 
-LAYER_MODULES = ["adapters.linen.linear", "adapters.linen.normalization"]
+LAYER_MODULES = [
+    "adapters.linen.attention",
+    "adapters.linen.linear",
+    "adapters.linen.normalization",
+]
 LAYERS = sorted(
     name
     for name in dir(nn)
