@@ -36,10 +36,22 @@ normalize = standardize
 
 
 class PReLU(Module):
-    """Parametric ReLU: ``x`` where ``x >= 0``, else ``negative_slope * x``, with the slope a
-    learned scalar parameter ``negative_slope`` (initially ``negative_slope_init``).
+    """Parametric ReLU: a leaky ReLU whose negative slope is learned.
 
-    Attributes: ``param_dtype`` (float32), ``negative_slope_init`` (0.01).
+    Returns ``x`` where ``x >= 0`` and ``negative_slope * x`` elsewhere, with
+    ``negative_slope`` a scalar parameter shared by all elements.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.PReLU()
+    >>> x = jnp.array([-2.0, 3.0])
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> [round(float(v), 4) for v in layer.apply(variables, x)]
+    [-0.02, 3.0]
+
+    Attributes:
+        param_dtype: the dtype the slope is created in (default ``float32``).
+        negative_slope_init: the slope's initial value (default ``0.01``).
     """
 
     param_dtype: Any = jnp.float32
@@ -47,7 +59,14 @@ class PReLU(Module):
 
     @compact
     def __call__(self, inputs: jax.Array) -> jax.Array:
-        """Apply the activation elementwise."""
+        """Apply the activation elementwise.
+
+        Args:
+            inputs: an array of any shape.
+
+        Returns:
+            An array of the same shape and dtype.
+        """
         slope = self.param(
             "negative_slope", lambda _: jnp.asarray(self.negative_slope_init, self.param_dtype)
         )

@@ -154,14 +154,77 @@ def dot_product_attention(
 
 
 class MultiHeadDotProductAttention(Module):
-    """Multi-head dot-product attention.
+    """Multi-head dot-product attention, as in the Transformer.
 
-    Children ``query``, ``key``, ``value`` (``DenseGeneral`` to ``(num_heads, head_dim)``,
-    ``head_dim = qkv_features // num_heads``) and ``out`` (back to ``out_features``);
-    ``normalize_qk`` adds ``query_ln``/``key_ln``. With ``decode=True`` the keys and values
-    are kept in the ``cache`` collection (``cached_key``, ``cached_value``,
-    ``cache_index``) and each call attends from one new position. ``dropout_rate`` > 0
-    needs ``deterministic`` (here or at call time) and, in training, a ``'dropout'`` rng.
+    Queries come from ``inputs_q`` and keys and values from ``inputs_k`` and ``inputs_v``
+    (both default to the queries' input: self-attention). Each is projected by a
+    ``DenseGeneral`` child (``query``, ``key``, ``value``) to ``(num_heads, head_dim)``
+    with ``head_dim = qkv_features // num_heads``; ``attention_fn`` mixes the values with
+    softmax weights of the scaled query-key products, and the ``out`` child maps the heads
+    back to ``out_features``. Dropout on the weights draws from the ``'dropout'`` rng
+    stream. With ``decode=True`` the keys and values seen so far are kept in the
+    ``'cache'`` collection (``cached_key``, ``cached_value``, ``cache_index``).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.MultiHeadDotProductAttention(num_heads=4, qkv_features=16)
+    >>> q, kv = jnp.ones((2, 5, 8)), jnp.ones((2, 7, 6))  # (batch, length, features)
+    >>> variables = layer.init(jax.random.key(0), q, kv)
+    >>> variables["params"]["query"]["kernel"].shape  # (features, num_heads, head_dim)
+    (8, 4, 4)
+    >>> layer.apply(variables, q, kv).shape
+    (2, 5, 8)
+
+    Attributes:
+        num_heads: the number of attention heads; it must divide ``qkv_features``.
+        dtype: the dtype of the computation (default ``None``: promoted from the inputs
+            and the parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        qkv_features: the total width of the query, key and value projections, split
+            evenly across the heads (default ``None``: ``inputs_q``'s last axis).
+        out_features: the size of the output's last axis (default ``None``:
+            ``inputs_q``'s last axis).
+        broadcast_dropout: draw one dropout mask for all the batch axes (default
+            ``True``) instead of one per example.
+        dropout_rate: the probability of dropping an attention weight (default ``0.0``:
+            no dropout).
+        deterministic: ``True`` turns dropout off. Give it here or at call time, not
+            both (default ``None``; only needed when ``dropout_rate > 0``).
+        precision: the ``jax.lax.Precision`` of the projections and of the attention
+            einsums (default ``None``).
+        kernel_init: initializer of the query, key and value kernels (default
+            ``lecun_normal()``).
+        out_kernel_init: initializer of the output kernel (default ``None``:
+            ``kernel_init``).
+        bias_init: initializer of the query, key and value biases (default zeros).
+        out_bias_init: initializer of the output bias (default ``None``: ``bias_init``).
+        use_bias: whether the four projections have biases (default ``True``).
+        attention_fn: the function computing attention from the projected
+            ``(query, key, value)``, each ``(..., length, num_heads, head_dim)`` (default
+            ``dot_product_attention``). It receives only the keyword arguments it
+            declares among ``mask``, ``dropout_rng``, ``dropout_rate``,
+            ``broadcast_dropout``, ``deterministic``, ``dtype``, ``precision``,
+            ``force_fp32_for_softmax`` and the two einsums.
+        decode: run as an autoregressive decoder with a key/value cache (default
+            ``False``). Initialising with a full-length input sizes the cache; each later
+            call (with ``mutable=['cache']``) takes one position.
+        normalize_qk: apply a bias-free ``LayerNorm`` to the projected queries and keys,
+            children ``query_ln`` and ``key_ln`` (default ``False``).
+        force_fp32_for_softmax: compute the softmax in float32 whatever ``dtype`` is
+            (default ``False``).
+        qkv_dot_general: a ``jax.lax.dot_general`` replacement for the query, key and
+            value projections (default ``None``).
+        out_dot_general: a ``jax.lax.dot_general`` replacement for the output projection
+            (default ``None``).
+        qkv_dot_general_cls: a class built with no arguments to make the query, key and
+            value projections' ``dot_general``; wins over ``qkv_dot_general`` (default
+            ``None``).
+        out_dot_general_cls: the same for the output projection (default ``None``).
+        qk_attn_weights_einsum_cls: a factory called with no arguments that returns the
+            einsum of queries and keys (default ``None``: ``jnp.einsum``). Set it
+            together with ``attn_weights_value_einsum_cls``.
+        attn_weights_value_einsum_cls: a factory called with no arguments that returns
+            the einsum of the weights and values (default ``None``: ``jnp.einsum``).
     """
 
     num_heads: int
@@ -202,10 +265,26 @@ class MultiHeadDotProductAttention(Module):
         dropout_rng: Array | None = None,
         sow_weights: bool = False,
     ) -> Array:
-        """Attend from ``inputs_q`` ``(..., q_length, features)`` to ``inputs_k`` /
-        ``inputs_v`` (default: ``inputs_q``, and ``inputs_v`` defaults to ``inputs_k``).
-        ``mask`` ``(..., heads, q_length, kv_length)`` is false where attention is not
-        allowed; ``sow_weights`` records the attention weights in ``intermediates``."""
+        """Attend from the queries to the keys and values.
+
+        Args:
+            inputs_q: the queries' input ``(..., q_length, q_features)``.
+            inputs_k: the keys' input ``(..., kv_length, k_features)`` (default ``None``:
+                ``inputs_q``).
+            inputs_v: the values' input ``(..., kv_length, v_features)`` (default
+                ``None``: ``inputs_k``).
+            inputs_kv: a deprecated single input for both keys and values; use
+                ``inputs_k`` instead.
+            mask: a boolean array broadcastable to ``(..., num_heads, q_length,
+                kv_length)``, ``False`` where attention is not allowed (default ``None``).
+            deterministic: ``True`` turns dropout off, when the attribute is ``None``.
+            dropout_rng: a key for the dropout (default ``None``: ``make_rng('dropout')``).
+            sow_weights: store the attention weights in the ``'intermediates'``
+                collection as ``attention_weights`` (default ``False``).
+
+        Returns:
+            An array ``(..., q_length, out_features)``.
+        """
         inputs_k, inputs_v = _resolve_kv(inputs_q, inputs_k, inputs_v, inputs_kv)
         features = self.out_features or inputs_q.shape[-1]
         qkv_features = self.qkv_features or inputs_q.shape[-1]
@@ -351,11 +430,71 @@ def _resolve_kv(
 
 
 class MultiHeadAttention(MultiHeadDotProductAttention):
-    """``MultiHeadDotProductAttention`` under its shorter name (same parameters)."""
+    """``MultiHeadDotProductAttention`` under a shorter name.
+
+    The same layer: its fields, parameters and call are those of
+    ``MultiHeadDotProductAttention``.
+
+    Attributes:
+        num_heads: the number of attention heads.
+        dtype: the dtype of the computation (default ``None``: promoted).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        qkv_features: the total width of the projections (default: the input's).
+        out_features: the size of the output's last axis (default: the input's).
+        broadcast_dropout: one dropout mask for all batch axes (default ``True``).
+        dropout_rate: the attention-weight dropout probability (default ``0.0``).
+        deterministic: ``True`` turns dropout off (default ``None``: at call time).
+        precision: the ``jax.lax.Precision`` of the computation (default ``None``).
+        kernel_init: initializer of the query, key and value kernels.
+        out_kernel_init: initializer of the output kernel (default: ``kernel_init``).
+        bias_init: initializer of the query, key and value biases (default zeros).
+        out_bias_init: initializer of the output bias (default: ``bias_init``).
+        use_bias: whether the projections have biases (default ``True``).
+        attention_fn: the attention function (default ``dot_product_attention``).
+        decode: run as an autoregressive decoder with a cache (default ``False``).
+        normalize_qk: layer-normalise queries and keys (default ``False``).
+        force_fp32_for_softmax: softmax in float32 (default ``False``).
+        qkv_dot_general: a ``dot_general`` for the input projections.
+        out_dot_general: a ``dot_general`` for the output projection.
+        qkv_dot_general_cls: a class making the input projections' ``dot_general``.
+        out_dot_general_cls: a class making the output projection's ``dot_general``.
+        qk_attn_weights_einsum_cls: a factory of the query-key einsum.
+        attn_weights_value_einsum_cls: a factory of the weights-value einsum.
+    """
 
 
 class SelfAttention(MultiHeadDotProductAttention):
-    """Self-attention (deprecated by Flax): ``MultiHeadDotProductAttention(inputs_q)``."""
+    """Self-attention: multi-head attention with keys and values from the queries' input.
+
+    Deprecated by Flax (it warns when called): call ``MultiHeadDotProductAttention`` with
+    ``inputs_q`` alone instead. The fields are those of ``MultiHeadDotProductAttention``.
+
+    Attributes:
+        num_heads: the number of attention heads.
+        dtype: the dtype of the computation (default ``None``: promoted).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        qkv_features: the total width of the projections (default: the input's).
+        out_features: the size of the output's last axis (default: the input's).
+        broadcast_dropout: one dropout mask for all batch axes (default ``True``).
+        dropout_rate: the attention-weight dropout probability (default ``0.0``).
+        deterministic: ``True`` turns dropout off (default ``None``: at call time).
+        precision: the ``jax.lax.Precision`` of the computation (default ``None``).
+        kernel_init: initializer of the query, key and value kernels.
+        out_kernel_init: initializer of the output kernel (default: ``kernel_init``).
+        bias_init: initializer of the query, key and value biases (default zeros).
+        out_bias_init: initializer of the output bias (default: ``bias_init``).
+        use_bias: whether the projections have biases (default ``True``).
+        attention_fn: the attention function (default ``dot_product_attention``).
+        decode: run as an autoregressive decoder with a cache (default ``False``).
+        normalize_qk: layer-normalise queries and keys (default ``False``).
+        force_fp32_for_softmax: softmax in float32 (default ``False``).
+        qkv_dot_general: a ``dot_general`` for the input projections.
+        out_dot_general: a ``dot_general`` for the output projection.
+        qkv_dot_general_cls: a class making the input projections' ``dot_general``.
+        out_dot_general_cls: a class making the output projection's ``dot_general``.
+        qk_attn_weights_einsum_cls: a factory of the query-key einsum.
+        attn_weights_value_einsum_cls: a factory of the weights-value einsum.
+    """
 
     @compact
     def __call__(  # type: ignore[override]
@@ -366,7 +505,20 @@ class SelfAttention(MultiHeadDotProductAttention):
         dropout_rng: Array | None = None,
         sow_weights: bool = False,
     ) -> Array:
-        """Attend from ``inputs_q`` to itself."""
+        """Attend from ``inputs_q`` to itself.
+
+        Args:
+            inputs_q: the input ``(..., length, features)``.
+            mask: a boolean array broadcastable to ``(..., num_heads, length, length)``,
+                ``False`` where attention is not allowed (default ``None``).
+            deterministic: ``True`` turns dropout off, when the attribute is ``None``.
+            dropout_rng: a key for the dropout (default ``None``: ``make_rng('dropout')``).
+            sow_weights: store the attention weights in ``'intermediates'`` (default
+                ``False``).
+
+        Returns:
+            An array ``(..., length, out_features)``.
+        """
         warnings.warn(
             "SelfAttention will be deprecated soon. Use "
             "`MultiHeadDotProductAttention.__call__(inputs_q)` instead. See "

@@ -9,11 +9,26 @@ __all__ = ["Sequential"]
 
 
 class Sequential(Module):
-    """Apply ``layers`` in order, each to the previous one's output.
+    """A chain of layers: each is applied to the previous one's output.
 
-    A ``tuple`` output is passed on as positional arguments, a ``dict`` as keyword
-    arguments; the first layer gets the call's arguments. Layers may be modules,
-    functions, or functions building modules inline (the call is ``compact``).
+    The first layer receives the call's arguments. A layer returning a ``tuple`` passes
+    it on as positional arguments, one returning a ``dict`` as keyword arguments, and
+    anything else as the single argument. The layers may be modules, plain functions
+    (``nn.relu``) or functions that build modules inline, since the call is
+    ``compact``. Module layers are named ``layers_<index>``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> model = nn.Sequential([nn.Dense(4), nn.relu, nn.Dense(2)])
+    >>> x = jnp.ones((2, 3))
+    >>> variables = model.init(jax.random.key(0), x)
+    >>> sorted(variables["params"])
+    ['layers_0', 'layers_2']
+    >>> model.apply(variables, x).shape
+    (2, 2)
+
+    Attributes:
+        layers: the callables to apply, in order (a non-empty sequence).
     """
 
     layers: Sequence[Callable[..., Any]]
@@ -25,7 +40,15 @@ class Sequential(Module):
 
     @compact
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the chain."""
+        """Run the chain.
+
+        Args:
+            *args: positional arguments for the first layer.
+            **kwargs: keyword arguments for the first layer.
+
+        Returns:
+            The last layer's output.
+        """
         if not self.layers:
             raise ValueError(f"Empty Sequential module {self.name}.")
         outputs = self.layers[0](*args, **kwargs)

@@ -410,8 +410,20 @@ def _parse_dot_inputs(*args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
 
 
 class Fp8DotGeneralBase(Module):
-    """The scales (``(1,)``, ones) and amax histories (``(amax_history_length,)``, zeros)
-    of input, kernel and output gradient, in the ``_overwrite_with_gradient`` collection."""
+    """The state shared by the fp8 products: scales and histories of absolute maxima.
+
+    Creates, in the ``_overwrite_with_gradient`` collection, a scale (shape ``(1,)``,
+    initially one) and an amax history (shape ``(amax_history_length,)``, initially zero)
+    for each of the input, the kernel and the output gradient.
+
+    Attributes:
+        amax_history_length: how many past absolute maxima each history keeps; the
+            scales follow the largest of them (default ``1024``).
+        e4m3_dtype: the fp8 type the inputs and kernels are quantised to (default
+            ``float8_e4m3fn``).
+        e5m2_dtype: the fp8 type the output gradients are quantised to (default
+            ``float8_e5m2``).
+    """
 
     amax_history_length: int = 1024
     e4m3_dtype: Any = jnp.float8_e4m3fn
@@ -435,8 +447,20 @@ class Fp8DotGeneralBase(Module):
 
 
 class Fp8DotGeneralOp(Fp8DotGeneralBase):
-    """A ``dot_general`` on quantise-dequantised operands (deprecated by Flax in favour of
-    ``Fp8DirectDotGeneralOp``)."""
+    """An fp8 ``dot_general`` that quantises and dequantises its operands, then multiplies.
+
+    The product runs in the original dtype on values rounded through fp8, which lets the
+    compiler fuse them into an fp8 product. Deprecated by Flax (it warns when built): use
+    ``Fp8DirectDotGeneralOp``. Pass the class as a layer's ``dot_general_cls``.
+
+    Attributes:
+        amax_history_length: how many past absolute maxima each history keeps; the
+            scales follow the largest of them (default ``1024``).
+        e4m3_dtype: the fp8 type the inputs and kernels are quantised to (default
+            ``float8_e4m3fn``).
+        e5m2_dtype: the fp8 type the output gradients are quantised to (default
+            ``float8_e5m2``).
+    """
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -449,6 +473,17 @@ class Fp8DotGeneralOp(Fp8DotGeneralBase):
             )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Multiply through fp8, as ``jax.lax.dot_general`` would.
+
+        Args:
+            *args: ``jax.lax.dot_general``'s positional arguments: ``lhs`` (the input),
+                ``rhs`` (the kernel), ``dimension_numbers``, then optionally
+                ``precision`` and ``preferred_element_type``.
+            **kwargs: the same arguments by keyword.
+
+        Returns:
+            The product, in the input's dtype.
+        """
         x, k, dims, dtype = _parse_dot_inputs(*args, **kwargs)
         x_qdq = in_qdq(
             dtype, self.e4m3_dtype, x, self.input_scale.value, self.input_amax_history.value
@@ -467,9 +502,44 @@ class Fp8DotGeneralOp(Fp8DotGeneralBase):
 
 
 class Fp8DirectDotGeneralOp(Fp8DotGeneralBase):
-    """A ``dot_general`` computed directly on fp8 operands (``fp8_scaled_dot_general``)."""
+    """An fp8 ``dot_general`` computed directly on quantised operands (delayed scaling).
+
+    Input and kernel are scaled and cast to ``e4m3_dtype``, the output gradient to
+    ``e5m2_dtype`` on the way back, with scales from the recorded amax histories; each call
+    updates the histories and scales, whose new values come back as their "gradients".
+    Also exported as ``Fp8DotGeneral``. Pass the class as a layer's ``dot_general_cls``:
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.Dense(4, dot_general_cls=nn.Fp8DirectDotGeneralOp)
+    >>> x = jnp.ones((2, 3))
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> sorted(variables["_overwrite_with_gradient"]["Fp8DirectDotGeneralOp_0"])[:2]
+    ['input_amax_history', 'input_scale']
+    >>> layer.apply(variables, x).shape
+    (2, 4)
+
+    Attributes:
+        amax_history_length: how many past absolute maxima each history keeps; the
+            scales follow the largest of them (default ``1024``).
+        e4m3_dtype: the fp8 type the inputs and kernels are quantised to (default
+            ``float8_e4m3fn``).
+        e5m2_dtype: the fp8 type the output gradients are quantised to (default
+            ``float8_e5m2``).
+    """
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Multiply in fp8, as ``jax.lax.dot_general`` would.
+
+        Args:
+            *args: ``jax.lax.dot_general``'s positional arguments: ``lhs`` (the input),
+                ``rhs`` (the kernel), ``dimension_numbers``, then optionally
+                ``precision`` and ``preferred_element_type``.
+            **kwargs: the same arguments by keyword.
+
+        Returns:
+            The product, in the input's dtype.
+        """
         x, k, dims, dtype = _parse_dot_inputs(*args, **kwargs)
         return fp8_scaled_dot_general(
             x,
@@ -488,14 +558,34 @@ class Fp8DirectDotGeneralOp(Fp8DotGeneralBase):
 
 
 class NANOOFp8DotGeneralOp(Fp8DotGeneralOp):
-    """``Fp8DotGeneralOp`` with the ``fnuz`` fp8 types."""
+    """``Fp8DotGeneralOp`` with the ``fnuz`` fp8 types (no negative zero, no infinities).
+
+    Attributes:
+        amax_history_length: how many past absolute maxima each history keeps (default
+            ``1024``).
+        e4m3_dtype: the fp8 type of inputs and kernels (default ``float8_e4m3fnuz``).
+        e5m2_dtype: the fp8 type of output gradients (default ``float8_e5m2fnuz``).
+    """
 
     e4m3_dtype: Any = jnp.float8_e4m3fnuz
     e5m2_dtype: Any = jnp.float8_e5m2fnuz
 
 
 class Fp8Einsum(Fp8DotGeneralBase):
-    """``jnp.einsum(eqn, lhs, rhs)`` with every product an ``fp8_scaled_dot_general``."""
+    """An fp8 ``jnp.einsum``: every product inside it is a scaled fp8 ``dot_general``.
+
+    A drop-in for ``jnp.einsum`` in layers that accept an einsum (e.g. attention's
+    ``qk_attn_weights_einsum_cls``); the left operand is cast to the right one's dtype
+    first, and the scales and histories are kept as in ``Fp8DirectDotGeneralOp``.
+
+    Attributes:
+        amax_history_length: how many past absolute maxima each history keeps; the
+            scales follow the largest of them (default ``1024``).
+        e4m3_dtype: the fp8 type the inputs and kernels are quantised to (default
+            ``float8_e4m3fn``).
+        e5m2_dtype: the fp8 type the output gradients are quantised to (default
+            ``float8_e5m2``).
+    """
 
     def __call__(
         self,
@@ -505,6 +595,19 @@ class Fp8Einsum(Fp8DotGeneralBase):
         precision: Any = None,
         preferred_element_type: Any = None,
     ) -> Any:
+        """Evaluate the einsum with fp8 products.
+
+        Args:
+            eqn: the einsum equation, as for ``jnp.einsum``.
+            lhs: the first operand (the input).
+            rhs: the second operand (the kernel); its dtype is the computation's.
+            precision: passed to ``jnp.einsum`` (default ``None``).
+            preferred_element_type: the result dtype, passed to ``jnp.einsum`` (default
+                ``None``).
+
+        Returns:
+            The einsum's result.
+        """
         dtype = rhs.dtype
         dot = functools.partial(
             fp8_scaled_dot_general,

@@ -85,10 +85,48 @@ def _reshaping_init(init: Initializer, flat: Callable[[tuple[int, ...]], tuple[i
 
 
 class DenseGeneral(Module):
-    """A linear map contracting ``axis`` of the input to ``features`` (an int or tuple).
+    """A linear map that contracts one or more input axes into one or more feature axes.
 
-    ``batch_dims`` are leading axes with one kernel per index. The kernel
-    ``(*batch, *contracted, *features)`` is initialised as a flat matrix, as Flax does.
+    The axes listed in ``axis`` are summed against a kernel and replaced, at the end of the
+    output, by the axes of ``features``; other axes pass through. Axes in ``batch_dims``
+    are leading axes that get a separate kernel (and bias) for each of their indices. The
+    kernel has shape ``(*batch, *contracted, *features)`` and the bias
+    ``(*batch, *features)``; both are drawn by their initializers as if they were a flat
+    matrix (and vector), then reshaped, so the fan-in and fan-out seen by variance-scaling
+    initializers are the products of the contracted and feature sizes.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.DenseGeneral(features=(2, 3), axis=(-2, -1))
+    >>> x = jnp.ones((5, 4, 6))
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> variables["params"]["kernel"].shape
+    (4, 6, 2, 3)
+    >>> layer.apply(variables, x).shape
+    (5, 2, 3)
+
+    Attributes:
+        features: the size of the output feature axis, or a tuple of sizes for several
+            output feature axes.
+        axis: the input axis, or tuple of axes, to contract (default ``-1``, the last).
+        batch_dims: leading input axes that index separate kernels; they must be
+            ``0, 1, ..., k`` (default ``()``: one kernel shared by every position).
+        use_bias: whether to add a learned bias (default ``True``).
+        dtype: the dtype the computation runs in. ``None`` (the default) lets
+            ``promote_dtype`` choose the common dtype of the inputs and the parameters.
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        kernel_init: initializer of the kernel (default ``lecun_normal()``).
+        bias_init: initializer of the bias (default zeros).
+        precision: the ``jax.lax.Precision`` (or a pair, one per operand) of the
+            contraction; ``None`` (the default) uses JAX's default precision.
+        promote_dtype: the function that casts the inputs and parameters to one dtype
+            before the math, called as ``promote_dtype(*arrays, dtype=dtype)`` (default: this
+            package's ``promote_dtype``). Swap it to keep some operand in another dtype.
+        dot_general: a replacement for ``jax.lax.dot_general`` with the same signature
+            (default ``None``: the standard contraction).
+        dot_general_cls: a class whose instance, built with no arguments on each call,
+            replaces ``jax.lax.dot_general`` (``Fp8DotGeneralOp`` for instance); it takes
+            precedence over ``dot_general``. Default ``None``.
     """
 
     features: int | Sequence[int]
@@ -106,7 +144,15 @@ class DenseGeneral(Module):
 
     @compact
     def __call__(self, inputs: Array) -> Array:
-        """Apply the map to ``inputs``."""
+        """Apply the map.
+
+        Args:
+            inputs: an array with the axes in ``axis`` and ``batch_dims``.
+
+        Returns:
+            The input's remaining axes followed by the ``features`` axes, with the batch
+            axes first.
+        """
         features = _as_tuple(self.features)
         batch_dims = _as_tuple(self.batch_dims)
         if batch_dims and set(batch_dims) != set(range(max(batch_dims) + 1)):
@@ -156,8 +202,41 @@ class DenseGeneral(Module):
 
 
 class Dense(Module):
-    """``inputs @ kernel + bias`` over the last axis: kernel ``(in, features)``, bias
-    ``(features,)``; defaults ``lecun_normal()`` and zeros."""
+    """A fully connected layer acting on the last axis: ``inputs @ kernel + bias``.
+
+    The kernel has shape ``(in_features, features)``, where ``in_features`` is the size of
+    the input's last axis (read on the first call), and the bias ``(features,)``. All
+    leading axes are treated as batch axes.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.Dense(features=3)
+    >>> x = jnp.ones((2, 4))
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> variables["params"]["kernel"].shape, variables["params"]["bias"].shape
+    ((4, 3), (3,))
+    >>> layer.apply(variables, x).shape
+    (2, 3)
+
+    Attributes:
+        features: the size of the output's last axis.
+        use_bias: whether to add a learned bias (default ``True``).
+        dtype: the dtype the computation runs in. ``None`` (the default) lets
+            ``promote_dtype`` choose the common dtype of the inputs and the parameters.
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        precision: the ``jax.lax.Precision`` (or a pair, one per operand) of the
+            contraction; ``None`` (the default) uses JAX's default precision.
+        kernel_init: initializer of the kernel (default ``lecun_normal()``).
+        bias_init: initializer of the bias (default zeros).
+        promote_dtype: the function that casts the inputs and parameters to one dtype
+            before the math, called as ``promote_dtype(*arrays, dtype=dtype)`` (default: this
+            package's ``promote_dtype``). Swap it to keep some operand in another dtype.
+        dot_general: a replacement for ``jax.lax.dot_general`` with the same signature
+            (default ``None``: the standard contraction).
+        dot_general_cls: a class whose instance, built with no arguments on each call,
+            replaces ``jax.lax.dot_general`` (``Fp8DotGeneralOp`` for instance); it takes
+            precedence over ``dot_general``. Default ``None``.
+    """
 
     features: int
     use_bias: bool = True
@@ -172,7 +251,14 @@ class Dense(Module):
 
     @compact
     def __call__(self, inputs: Array) -> Array:
-        """Apply the layer to ``inputs`` ``(..., in)``."""
+        """Apply the layer.
+
+        Args:
+            inputs: an array of shape ``(..., in_features)``.
+
+        Returns:
+            An array of shape ``(..., features)``.
+        """
         kernel = self.param(
             "kernel", self.kernel_init, (jnp.shape(inputs)[-1], self.features), self.param_dtype
         )
@@ -192,9 +278,42 @@ class Dense(Module):
 
 
 class Einsum(Module):
-    """``einsum(einsum_str, inputs, kernel) + bias`` with a kernel of shape ``shape``; the
-    bias covers the output axes that come from the kernel. ``einsum_str`` is given here or
-    at call time (exactly once) and must be explicit (``'->'``) with two operands."""
+    """A learned ``jnp.einsum`` between the input and a kernel, plus a bias.
+
+    Computes ``einsum(einsum_str, inputs, kernel) + bias``. The kernel has the shape given
+    by ``shape``; the bias spans the output axes whose letters come from the kernel's
+    subscripts (in the order they appear in the output). The equation must be explicit
+    (contain ``'->'``) and have exactly two operands, and it is given either as an
+    attribute or as a call argument, not both.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.Einsum(shape=(4, 3, 5), einsum_str="abc,cde->abde")
+    >>> x = jnp.ones((2, 6, 4))
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> variables["params"]["bias"].shape
+    (3, 5)
+    >>> layer.apply(variables, x).shape
+    (2, 6, 3, 5)
+
+    Attributes:
+        shape: the shape of the kernel, one size per letter of the kernel's subscripts.
+        einsum_str: the equation, e.g. ``'btd,dh->bth'``; ``None`` (the default) means it
+            is passed at call time instead.
+        use_bias: whether to add a learned bias (default ``True``).
+        dtype: the dtype the computation runs in. ``None`` (the default) lets
+            ``promote_dtype`` choose the common dtype of the inputs and the parameters.
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        precision: the ``jax.lax.Precision`` (or a pair, one per operand) of the
+            contraction; ``None`` (the default) uses JAX's default precision.
+        kernel_init: initializer of the kernel (default ``lecun_normal()``).
+        bias_init: initializer of the bias (default zeros).
+        promote_dtype: the function that casts the inputs and parameters to one dtype
+            before the math, called as ``promote_dtype(*arrays, dtype=dtype)`` (default: this
+            package's ``promote_dtype``). Swap it to keep some operand in another dtype.
+        preferred_element_type: the dtype the einsum accumulates and returns in
+            (default ``None``: decided by the operand dtypes).
+    """
 
     shape: Sequence[int]
     einsum_str: str | None = None
@@ -209,7 +328,15 @@ class Einsum(Module):
 
     @compact
     def __call__(self, inputs: Array, einsum_str: str | None = None) -> Array:
-        """Apply the layer to ``inputs``."""
+        """Apply the layer.
+
+        Args:
+            inputs: the first operand of the equation.
+            einsum_str: the equation, when the ``einsum_str`` attribute is ``None``.
+
+        Returns:
+            The einsum of ``inputs`` and the kernel, plus the bias.
+        """
         einsum_str = merge_param("einsum_str", self.einsum_str, einsum_str)
         assert einsum_str is not None
         einsum_str = einsum_str.replace(" ", "")
@@ -297,7 +424,15 @@ class _Conv(Module):
 
     @compact
     def __call__(self, inputs: Array) -> Array:
-        """Convolve ``inputs``."""
+        """Convolve ``inputs``.
+
+        Args:
+            inputs: an array ``(*batch, *spatial, in_features)`` with
+                ``len(kernel_size)`` spatial axes.
+
+        Returns:
+            An array ``(*batch, *out_spatial, features)``.
+        """
         kernel_size = _kernel_size(self.kernel_size)
         padding = _padding(self.padding, len(kernel_size))
         in_features = jnp.shape(inputs)[-1]
@@ -351,10 +486,60 @@ class _Conv(Module):
 
 
 class Conv(_Conv):
-    """An N-D convolution (N = ``len(kernel_size)``, an int meaning 1-D), channels last,
-    with any number of batch axes. Kernel ``(*kernel_size, in // feature_group_count,
-    features)``; ``padding`` ``'SAME'``, ``'VALID'``, ``'CIRCULAR'``, ``'REFLECT'``,
-    ``'CAUSAL'`` (1-D), an int or per-axis pairs; ``mask`` multiplies the kernel."""
+    """An N-dimensional convolution with one kernel shared by every position.
+
+    N is ``len(kernel_size)``. Inputs are channels-last, ``(*batch, *spatial, in_features)``
+    with N spatial axes and any number of batch axes (none included). The kernel has shape
+    ``(*kernel_size, in_features // feature_group_count, features)`` and the bias
+    ``(features,)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.Conv(features=8, kernel_size=(3, 3), strides=2, padding="VALID")
+    >>> x = jnp.ones((2, 16, 16, 3))
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> variables["params"]["kernel"].shape
+    (3, 3, 3, 8)
+    >>> layer.apply(variables, x).shape
+    (2, 7, 7, 8)
+
+    Attributes:
+        features: the number of output features (the size of the output's last axis).
+        kernel_size: the window size, one int per spatial axis; a bare int means a 1-D
+            convolution with that window.
+        strides: the step between windows, an int for every spatial axis or one per axis
+            (default ``1``; ``None`` also means 1).
+        padding: ``'SAME'`` (the default: output spatial size ``ceil(size / stride)``),
+            ``'VALID'`` (no padding), ``'CIRCULAR'`` (periodic wrap), ``'REFLECT'``,
+            ``'CAUSAL'`` (1-D only: all the padding on the left), an int padding every side
+            by that amount, or one int or ``(low, high)`` pair per spatial axis.
+        input_dilation: the spacing inserted between input elements, an int or one per
+            spatial axis (default ``1``: none; ``None`` also means 1). A value ``d > 1``
+            upsamples the input, as in a transposed convolution.
+        kernel_dilation: the spacing between kernel taps (atrous convolution), an int or
+            one per spatial axis (default ``1``; ``None`` also means 1).
+        feature_group_count: split the input features into this many groups, each
+            convolved with its own slice of the kernel (default ``1``); it must divide the
+            input feature count, and equal it for a depthwise convolution.
+        use_bias: whether to add a learned bias (default ``True``).
+        mask: an optional array of the kernel's shape multiplied into the kernel before
+            use, e.g. to zero some taps (default ``None``).
+        dtype: the dtype the computation runs in. ``None`` (the default) lets
+            ``promote_dtype`` choose the common dtype of the inputs and the parameters.
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        precision: the ``jax.lax.Precision`` (or a pair, one per operand) of the
+            contraction; ``None`` (the default) uses JAX's default precision.
+        kernel_init: initializer of the kernel (default ``lecun_normal()``).
+        bias_init: initializer of the bias (default zeros).
+        promote_dtype: the function that casts the inputs and parameters to one dtype
+            before the math, called as ``promote_dtype(*arrays, dtype=dtype)`` (default: this
+            package's ``promote_dtype``). Swap it to keep some operand in another dtype.
+        conv_general_dilated: a replacement for ``jax.lax.conv_general_dilated`` with the
+            same signature (default ``None``: the standard convolution).
+        conv_general_dilated_cls: a class whose instance, built with no arguments on each
+            call, replaces ``jax.lax.conv_general_dilated``; it takes precedence over
+            ``conv_general_dilated``. Default ``None``.
+    """
 
     @property
     def shared_weights(self) -> bool:
@@ -363,8 +548,44 @@ class Conv(_Conv):
 
 
 class ConvLocal(_Conv):
-    """A locally connected (unshared) convolution: kernel ``(*out_spatial,
-    prod(kernel_size) * in, features)``, bias ``(*out_spatial, features)``."""
+    """A locally connected layer: a convolution whose kernel differs at every position.
+
+    It slides a window like ``Conv`` but learns separate weights for each output position,
+    so the parameters depend on the input's spatial size, fixed by the first call. The
+    kernel has shape ``(*out_spatial, prod(kernel_size) * in_features, features)`` and the
+    bias ``(*out_spatial, features)``. Inputs are ``(*batch, *spatial, in_features)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.ConvLocal(features=8, kernel_size=(3, 3))
+    >>> x = jnp.ones((2, 16, 16, 3))
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> variables["params"]["kernel"].shape
+    (16, 16, 27, 8)
+    >>> layer.apply(variables, x).shape
+    (2, 16, 16, 8)
+
+    Attributes:
+        features: the number of output features.
+        kernel_size: the window size, one int per spatial axis (a bare int means 1-D).
+        strides: the step between windows, as in ``Conv`` (default ``1``).
+        padding: as in ``Conv`` (default ``'SAME'``).
+        input_dilation: the spacing inserted between input elements, as in ``Conv``
+            (default ``1``).
+        kernel_dilation: the spacing between kernel taps, as in ``Conv`` (default ``1``).
+        feature_group_count: must stay ``1`` (the default): grouped local convolutions
+            are not supported.
+        use_bias: whether to add a learned bias (default ``True``).
+        mask: an optional array of the kernel's shape multiplied into the kernel.
+        dtype: the computation dtype (default ``None``: promoted from the operands).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        precision: the ``jax.lax.Precision`` of the computation (default ``None``).
+        kernel_init: initializer of the kernel (default ``lecun_normal()``).
+        bias_init: initializer of the bias (default zeros).
+        promote_dtype: the dtype-promotion function, as in ``Conv``.
+        conv_general_dilated: accepted for symmetry with ``Conv``; unused here.
+        conv_general_dilated_cls: accepted for symmetry with ``Conv``; unused here.
+    """
 
     @property
     def shared_weights(self) -> bool:
@@ -373,9 +594,51 @@ class ConvLocal(_Conv):
 
 
 class ConvTranspose(Module):
-    """A transposed convolution (``lax.conv_transpose``): kernel ``(*kernel_size, in,
-    features)`` (``(*kernel_size, features, in)`` with ``transpose_kernel``);
-    ``padding='CIRCULAR'`` wraps the output periodically."""
+    """A transposed ("fractionally strided") convolution, as ``jax.lax.conv_transpose``.
+
+    Each stride inserts spacing between input positions, so ``strides`` upsample the
+    spatial axes (with ``'SAME'`` padding the output size is ``size * stride``). Inputs
+    are ``(*batch, *spatial, in_features)``. The kernel has shape
+    ``(*kernel_size, in_features, features)``, or ``(*kernel_size, features,
+    in_features)`` with ``transpose_kernel=True``; the bias ``(features,)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.ConvTranspose(features=8, kernel_size=(3, 3), strides=(2, 2))
+    >>> x = jnp.ones((2, 16, 16, 3))
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> layer.apply(variables, x).shape
+    (2, 32, 32, 8)
+
+    Attributes:
+        features: the number of output features (the size of the output's last axis).
+        kernel_size: the window size, one int per spatial axis; a bare int means 1-D.
+        strides: the upsampling step, an int or one per spatial axis (default ``None``:
+            1).
+        padding: ``'SAME'`` (the default), ``'VALID'``, ``'CIRCULAR'`` (the output is
+            wrapped periodically, the transpose of a circular convolution), an int for
+            every side, or one int or ``(low, high)`` pair per spatial axis.
+        kernel_dilation: the spacing between kernel taps, an int or one per spatial axis
+            (default ``None``: 1).
+        use_bias: whether to add a learned bias (default ``True``).
+        mask: an optional array of the kernel's shape multiplied into the kernel before
+            use (default ``None``).
+        dtype: the dtype the computation runs in. ``None`` (the default) lets
+            ``promote_dtype`` choose the common dtype of the inputs and the parameters.
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        precision: the ``jax.lax.Precision`` (or a pair, one per operand) of the
+            contraction; ``None`` (the default) uses JAX's default precision.
+        kernel_init: initializer of the kernel (default ``lecun_normal()``).
+        bias_init: initializer of the bias (default zeros).
+        transpose_kernel: flip the kernel's spatial axes and swap its two feature axes,
+            so the layer computes the exact gradient of a ``Conv`` with that kernel
+            (default ``False``).
+        promote_dtype: the function that casts the inputs and parameters to one dtype
+            before the math, called as ``promote_dtype(*arrays, dtype=dtype)`` (default: this
+            package's ``promote_dtype``). Swap it to keep some operand in another dtype.
+        preferred_element_type: the dtype the convolution accumulates and returns in
+            (default ``None``: decided by the operand dtypes).
+    """
 
     features: int
     kernel_size: int | Sequence[int]
@@ -395,7 +658,15 @@ class ConvTranspose(Module):
 
     @compact
     def __call__(self, inputs: Array) -> Array:
-        """Apply the transposed convolution to ``inputs``."""
+        """Apply the transposed convolution.
+
+        Args:
+            inputs: an array ``(*batch, *spatial, in_features)`` with
+                ``len(kernel_size)`` spatial axes.
+
+        Returns:
+            An array ``(*batch, *out_spatial, features)``.
+        """
         kernel_size = _kernel_size(self.kernel_size)
         in_features = jnp.shape(inputs)[-1]
         if self.transpose_kernel:
@@ -425,9 +696,36 @@ class ConvTranspose(Module):
 
 
 class Embed(Module):
-    """An embedding table ``embedding`` ``(num_embeddings, features)``: ``__call__`` looks
-    up integer ids, ``attend(query)`` gives ``query @ embedding.T``. Default init:
-    ``variance_scaling(1.0, 'fan_in', 'normal', out_axis=0)``."""
+    """A lookup table mapping integer ids to learned vectors.
+
+    The table is the parameter ``embedding`` of shape ``(num_embeddings, features)``.
+    Calling the layer gathers rows by id; ``attend`` goes the other way, scoring a
+    query vector against every row (as in a language model's tied output layer).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.Embed(num_embeddings=10, features=4)
+    >>> ids = jnp.array([[1, 2, 3]])
+    >>> variables = layer.init(jax.random.key(0), ids)
+    >>> layer.apply(variables, ids).shape
+    (1, 3, 4)
+    >>> layer.apply(variables, jnp.ones((2, 4)), method=layer.attend).shape
+    (2, 10)
+
+    Attributes:
+        num_embeddings: the number of rows (the vocabulary size); ids must lie in
+            ``[0, num_embeddings)``.
+        features: the length of each embedding vector.
+        dtype: the dtype of the looked-up vectors and of ``attend``'s computation
+            (default ``None``: the table's dtype, promoted with the query in ``attend``).
+        param_dtype: the dtype the table is created in (default ``float32``).
+        embedding_init: initializer of the table (default
+            ``variance_scaling(1.0, 'fan_in', 'normal', out_axis=0)``, i.e. unit-variance
+            normal rows).
+        promote_dtype: the function that casts the inputs and parameters to one dtype
+            before the math, called as ``promote_dtype(*arrays, dtype=dtype)`` (default: this
+            package's ``promote_dtype``). Swap it to keep some operand in another dtype.
+    """
 
     num_embeddings: int
     features: int
@@ -445,13 +743,27 @@ class Embed(Module):
         )
 
     def __call__(self, inputs: Array) -> Array:
-        """The embeddings of integer ``inputs``: shape ``(*inputs.shape, features)``."""
+        """Look up embeddings.
+
+        Args:
+            inputs: an integer array of ids, any shape.
+
+        Returns:
+            An array of shape ``(*inputs.shape, features)``.
+        """
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
             raise ValueError("Input type must be an integer or unsigned integer.")
         (embedding,) = self.promote_dtype(self.embedding, dtype=self.dtype, inexact=False)
         return F.embed(inputs, embedding)
 
     def attend(self, query: Array) -> Array:
-        """Logits over the vocabulary: ``query @ embedding.T``."""
+        """Score a query against every embedding: ``query @ embedding.T``.
+
+        Args:
+            query: an array of shape ``(..., features)``.
+
+        Returns:
+            Logits of shape ``(..., num_embeddings)``.
+        """
         query, embedding = self.promote_dtype(query, self.embedding, dtype=self.dtype)
         return F.attend(query, embedding)

@@ -104,12 +104,49 @@ def _normalize(
 
 
 class BatchNorm(Module):
-    """Batch normalisation over every axis but ``axis``.
+    """Batch normalisation: normalise each feature with statistics over the batch.
 
-    Running averages ``mean``/``var`` live in the ``batch_stats`` collection; in training
-    (``use_running_average=False``, here or at call time) they are updated with
-    ``momentum`` (except while initialising), in evaluation they normalise. ``axis_name``
-    averages the batch statistics over a mapped axis.
+    The mean and variance are taken over every axis except ``axis`` (the features), then
+    the input is normalised, scaled and shifted per feature. Running averages of the
+    statistics, ``mean`` and ``var`` of shape ``(features,)``, live in the
+    ``'batch_stats'`` collection. In training mode (``use_running_average=False``) the
+    batch's own statistics are used and the running averages updated (pass
+    ``mutable=['batch_stats']`` to ``apply``; they are left alone while initialising); in
+    evaluation mode (``True``) the running averages are used and nothing changes.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.BatchNorm(use_running_average=False, momentum=0.9)
+    >>> x = jnp.arange(12.0).reshape(4, 3)
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> y, updates = layer.apply(variables, x, mutable=["batch_stats"])
+    >>> [round(float(m), 4) for m in updates["batch_stats"]["mean"]]  # 0.1 * batch mean
+    [0.45, 0.55, 0.65]
+
+    Attributes:
+        use_running_average: ``True`` to normalise with the running averages
+            (evaluation), ``False`` with the batch statistics (training). Give it here
+            or at call time, not both (default ``None``: at call time).
+        axis: the feature axis, or axes, kept out of the statistics (default ``-1``).
+        momentum: the decay of the running averages: each update is
+            ``momentum * running + (1 - momentum) * batch`` (default ``0.99``).
+        epsilon: a small number added to the variance before the square root (default ``1e-5``).
+        dtype: the dtype of the output (default ``None``: promoted from the input and the
+            parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        use_bias: whether to add a learned bias after normalising (default ``True``).
+        use_scale: whether to multiply by a learned scale after normalising (default
+            ``True``).
+        bias_init: initializer of the bias (default zeros).
+        scale_init: initializer of the scale (default ones).
+        axis_name: a mapped axis (``pmap``, ``shard_map``, ``vmap``) to average the
+            statistics over (default ``None``: local statistics).
+        axis_index_groups: groups of ``axis_name`` indices that average among themselves
+            only, e.g. ``[[0, 1], [2, 3]]`` (default ``None``: one group).
+        use_fast_variance: ``True`` (the default) computes the variance in one pass as
+            ``E[x**2] - E[x]**2``; ``False`` in two, as ``E[(x - E[x])**2]``, more accurately.
+        force_float32_reductions: compute the statistics in at least float32 (default
+            ``True``); ``False`` computes them in ``dtype`` or the input's dtype.
     """
 
     use_running_average: bool | None = None
@@ -131,7 +168,18 @@ class BatchNorm(Module):
     def __call__(
         self, x: Array, use_running_average: bool | None = None, *, mask: Array | None = None
     ) -> Array:
-        """Normalise ``x``; ``mask`` restricts the batch statistics to true positions."""
+        """Normalise ``x``.
+
+        Args:
+            x: the input, with the feature axis ``axis``.
+            use_running_average: the mode of this call; give it here exactly when the
+                attribute is ``None``.
+            mask: an optional boolean array broadcastable to ``x``; only its ``True``
+                positions contribute to the statistics (default ``None``: all).
+
+        Returns:
+            The normalised input, of the same shape.
+        """
         use_running_average = merge_param(
             "use_running_average", self.use_running_average, use_running_average
         )
@@ -179,8 +227,45 @@ class BatchNorm(Module):
 
 
 class LayerNorm(Module):
-    """Layer normalisation: statistics per example over ``reduction_axes`` (last), scale
-    and bias over ``feature_axes`` (last)."""
+    """Layer normalisation: normalise each example with its own statistics.
+
+    The mean and variance are taken over ``reduction_axes`` separately at every other
+    position, so no statistic is shared across the batch and there is no running state.
+    The learned scale and bias have the shape of ``feature_axes``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.LayerNorm()
+    >>> x = jnp.arange(12.0).reshape(4, 3)
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> variables["params"]["scale"].shape
+    (3,)
+    >>> y = layer.apply(variables, x)  # each row now has mean 0 and variance 1
+    >>> bool(jnp.allclose(y.mean(axis=-1), 0, atol=1e-5))
+    True
+
+    Attributes:
+        epsilon: a small number added to the variance before the square root (default ``1e-6``).
+        dtype: the dtype of the output (default ``None``: promoted from the input and the
+            parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        use_bias: whether to add a learned bias after normalising (default ``True``).
+        use_scale: whether to multiply by a learned scale after normalising (default
+            ``True``).
+        bias_init: initializer of the bias (default zeros).
+        scale_init: initializer of the scale (default ones).
+        reduction_axes: the axis, or axes, the statistics are computed over (default
+            ``-1``).
+        feature_axes: the axis, or axes, that the scale and bias span (default ``-1``).
+        axis_name: a mapped axis (``pmap``, ``shard_map``, ``vmap``) to average the
+            statistics over (default ``None``: local statistics).
+        axis_index_groups: groups of ``axis_name`` indices that average among themselves
+            only, e.g. ``[[0, 1], [2, 3]]`` (default ``None``: one group).
+        use_fast_variance: ``True`` (the default) computes the variance in one pass as
+            ``E[x**2] - E[x]**2``; ``False`` in two, as ``E[(x - E[x])**2]``, more accurately.
+        force_float32_reductions: compute the statistics in at least float32 (default
+            ``True``); ``False`` computes them in ``dtype`` or the input's dtype.
+    """
 
     epsilon: float = 1e-6
     dtype: Dtype | None = None
@@ -198,7 +283,16 @@ class LayerNorm(Module):
 
     @compact
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
-        """Normalise ``x``; ``mask`` restricts the statistics to true positions."""
+        """Normalise ``x``.
+
+        Args:
+            x: the input.
+            mask: an optional boolean array broadcastable to ``x``; only its ``True``
+                positions contribute to the statistics (default ``None``: all).
+
+        Returns:
+            The normalised input, of the same shape.
+        """
         mean, var = _stats(self, x, self.reduction_axes, axis_name=self.axis_name, mask=mask)
         return _normalize(
             self,
@@ -215,8 +309,40 @@ class LayerNorm(Module):
 
 
 class RMSNorm(Module):
-    """Root-mean-square normalisation: ``x / sqrt(mean(x**2) + epsilon) * scale`` (no
-    centring, no bias)."""
+    """Root-mean-square normalisation: ``x / sqrt(mean(x**2) + epsilon) * scale``.
+
+    Like ``LayerNorm`` but without subtracting the mean and without a bias: each example
+    is divided by its root mean square over ``reduction_axes``, then multiplied by a
+    learned scale of the shape of ``feature_axes``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.RMSNorm()
+    >>> x = jnp.array([[3.0, 4.0]])
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> [round(float(v), 3) for v in layer.apply(variables, x)[0]]  # x / sqrt(12.5)
+    [0.849, 1.131]
+
+    Attributes:
+        epsilon: a small number added to the variance before the square root (default ``1e-6``).
+        dtype: the dtype of the output (default ``None``: promoted from the input and the
+            parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        use_scale: whether to multiply by a learned scale after normalising (default
+            ``True``).
+        scale_init: initializer of the scale (default ones).
+        reduction_axes: the axis, or axes, the mean square is taken over (default ``-1``).
+        feature_axes: the axis, or axes, that the scale spans (default ``-1``).
+        axis_name: a mapped axis (``pmap``, ``shard_map``, ``vmap``) to average the
+            statistics over (default ``None``: local statistics).
+        axis_index_groups: groups of ``axis_name`` indices that average among themselves
+            only, e.g. ``[[0, 1], [2, 3]]`` (default ``None``: one group).
+        use_fast_variance: ``True`` (the default) computes the variance in one pass as
+            ``E[x**2] - E[x]**2``; ``False`` in two, as ``E[(x - E[x])**2]``, more accurately.
+            No mean is subtracted here, so it changes nothing.
+        force_float32_reductions: compute the statistics in at least float32 (default
+            ``True``); ``False`` computes them in ``dtype`` or the input's dtype.
+    """
 
     epsilon: float = 1e-6
     dtype: Dtype | None = None
@@ -232,7 +358,16 @@ class RMSNorm(Module):
 
     @compact
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
-        """Normalise ``x``."""
+        """Normalise ``x``.
+
+        Args:
+            x: the input.
+            mask: an optional boolean array broadcastable to ``x``; only its ``True``
+                positions contribute to the statistics (default ``None``: all).
+
+        Returns:
+            The normalised input, of the same shape.
+        """
         _, var = _stats(
             self, x, self.reduction_axes, axis_name=self.axis_name, use_mean=False, mask=mask
         )
@@ -251,8 +386,49 @@ class RMSNorm(Module):
 
 
 class GroupNorm(Module):
-    """Group normalisation: the channels (last axis) split into ``num_groups`` groups (or
-    groups of ``group_size``; give exactly one), statistics per example and group."""
+    """Group normalisation: normalise groups of channels with per-example statistics.
+
+    The channels (the last axis) are split into equal consecutive groups, fixed either by
+    their number (``num_groups``) or their size (``group_size``); exactly one of the two
+    must be set. Each example's mean and variance are taken per group, over the group's
+    channels and the reduction axes. With one group it matches ``LayerNorm`` over all
+    non-batch axes, with one channel per group ``InstanceNorm``. Scale and bias have shape
+    ``(channels,)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.GroupNorm(num_groups=2)
+    >>> x = jnp.ones((2, 5, 5, 8))  # (batch, height, width, channels)
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> layer.apply(variables, x).shape
+    (2, 5, 5, 8)
+
+    Attributes:
+        num_groups: the number of groups; it must divide the channel count (default
+            ``32``). Set it to ``None`` when giving ``group_size``.
+        group_size: the number of channels per group; it must divide the channel count
+            (default ``None``: use ``num_groups``).
+        epsilon: a small number added to the variance before the square root (default ``1e-6``).
+        dtype: the dtype of the output (default ``None``: promoted from the input and the
+            parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        use_bias: whether to add a learned bias after normalising (default ``True``).
+        use_scale: whether to multiply by a learned scale after normalising (default
+            ``True``).
+        bias_init: initializer of the bias (default zeros).
+        scale_init: initializer of the scale (default ones).
+        reduction_axes: the axes the statistics are taken over besides the channels'
+            groups; they must include the last axis (default ``None``: every axis but
+            the first, which is the batch).
+        axis_name: a mapped axis (``pmap``, ``shard_map``, ``vmap``) to average the
+            statistics over (default ``None``: local statistics).
+        axis_index_groups: groups of ``axis_name`` indices that average among themselves
+            only, e.g. ``[[0, 1], [2, 3]]`` (default ``None``: one group).
+        use_fast_variance: ``True`` (the default) computes the variance in one pass as
+            ``E[x**2] - E[x]**2``; ``False`` in two, as ``E[(x - E[x])**2]``, more accurately.
+        force_float32_reductions: compute the statistics in at least float32 (default
+            ``True``); ``False`` computes them in ``dtype`` or the input's dtype.
+    """
 
     num_groups: int | None = 32
     group_size: int | None = None
@@ -271,7 +447,16 @@ class GroupNorm(Module):
 
     @compact
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
-        """Normalise ``x`` ``(batch, ..., channels)`` (or unbatched)."""
+        """Normalise ``x``.
+
+        Args:
+            x: the input ``(batch, ..., channels)``.
+            mask: an optional boolean array broadcastable to ``x``; only its ``True``
+                positions contribute to the statistics (default ``None``: all).
+
+        Returns:
+            The normalised input, of the same shape.
+        """
         if self.reduction_axes is not None:
             red_in: Axes = self.reduction_axes
         else:
@@ -327,8 +512,42 @@ class GroupNorm(Module):
 
 
 class InstanceNorm(Module):
-    """Instance normalisation: statistics per example and feature over every other
-    non-batch axis (axis 0 is the batch)."""
+    """Instance normalisation: normalise each example and feature on its own.
+
+    Axis 0 is the batch. For every example and every feature the mean and variance are
+    taken over all remaining axes (e.g. height and width of an image), so each channel of
+    each image is normalised independently. Scale and bias have the shape of
+    ``feature_axes``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.InstanceNorm()
+    >>> x = jnp.ones((2, 5, 5, 8))  # (batch, height, width, channels)
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> variables["params"]["scale"].shape
+    (8,)
+
+    Attributes:
+        epsilon: a small number added to the variance before the square root (default ``1e-6``).
+        dtype: the dtype of the output (default ``None``: promoted from the input and the
+            parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        use_bias: whether to add a learned bias after normalising (default ``True``).
+        use_scale: whether to multiply by a learned scale after normalising (default
+            ``True``).
+        bias_init: initializer of the bias (default zeros).
+        scale_init: initializer of the scale (default ones).
+        feature_axes: the axis, or axes, kept out of the statistics and spanned by the
+            scale and bias; must not include axis 0 (default ``-1``).
+        axis_name: a mapped axis (``pmap``, ``shard_map``, ``vmap``) to average the
+            statistics over (default ``None``: local statistics).
+        axis_index_groups: groups of ``axis_name`` indices that average among themselves
+            only, e.g. ``[[0, 1], [2, 3]]`` (default ``None``: one group).
+        use_fast_variance: ``True`` (the default) computes the variance in one pass as
+            ``E[x**2] - E[x]**2``; ``False`` in two, as ``E[(x - E[x])**2]``, more accurately.
+        force_float32_reductions: compute the statistics in at least float32 (default
+            ``True``); ``False`` computes them in ``dtype`` or the input's dtype.
+    """
 
     epsilon: float = 1e-6
     dtype: Dtype | None = None
@@ -345,7 +564,16 @@ class InstanceNorm(Module):
 
     @compact
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
-        """Normalise ``x``."""
+        """Normalise ``x``.
+
+        Args:
+            x: the input ``(batch, ...)``.
+            mask: an optional boolean array broadcastable to ``x``; only its ``True``
+                positions contribute to the statistics (default ``None``: all).
+
+        Returns:
+            The normalised input, of the same shape.
+        """
         feat = _axes(x.ndim, self.feature_axes)
         if 0 in feat:
             raise ValueError(
@@ -377,10 +605,38 @@ def _path_name(path: Sequence[Any]) -> str:
 
 
 class SpectralNorm(Module):
-    """Spectral normalisation of ``layer_instance``'s parameters: each matrix (higher-rank
-    ones reshaped to ``(-1, last)``) divided by its largest singular value, estimated by
-    ``n_steps`` of power iteration. The iteration vector ``u`` and ``sigma`` live in
-    ``collection_name`` and are updated when ``update_stats=True``.
+    """Spectral normalisation: run a layer with its weight matrices divided by their norm.
+
+    Wraps ``layer_instance``: every parameter of rank 2 or more (a higher-rank one viewed
+    as a matrix ``(-1, last axis)``) is divided by its largest singular value before the
+    layer uses it; vectors and scalars pass unchanged. The singular value is estimated by
+    power iteration, whose vector ``u`` and estimate ``sigma`` are kept in
+    ``collection_name`` under ``<layer>/<param path>/u`` and ``.../sigma``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.SpectralNorm(nn.Dense(4))
+    >>> x = jnp.ones((2, 3))
+    >>> variables = layer.init(jax.random.key(0), x, update_stats=False)
+    >>> sorted(variables["batch_stats"])
+    ['layer_instance/kernel/sigma', 'layer_instance/kernel/u']
+    >>> y, updates = layer.apply(variables, x, update_stats=True, mutable=["batch_stats"])
+    >>> y.shape
+    (2, 4)
+
+    Attributes:
+        layer_instance: the layer whose parameters are normalised.
+        n_steps: power-iteration steps per call (default ``1``); ``0`` or less leaves
+            the parameters as they are.
+        epsilon: a small number keeping the iteration's vector normalisation away from
+            division by zero (default ``1e-12``).
+        dtype: the dtype of the normalised parameters (default ``None``: promoted from
+            the parameter and the iteration's values).
+        param_dtype: the dtype ``u`` and ``sigma`` are created in (default ``float32``).
+        error_on_non_matrix: raise on parameters of rank above 2 instead of reshaping
+            them (default ``False``).
+        collection_name: the variable collection holding ``u`` and ``sigma`` (default
+            ``'batch_stats'``); make it mutable when ``update_stats=True``.
     """
 
     layer_instance: Module
@@ -393,7 +649,17 @@ class SpectralNorm(Module):
 
     @compact
     def __call__(self, *args: Any, update_stats: bool, **kwargs: Any) -> Any:
-        """Call the wrapped layer with spectrally normalised parameters."""
+        """Call the wrapped layer with spectrally normalised parameters.
+
+        Args:
+            *args: positional arguments for the wrapped layer.
+            update_stats: store this call's ``u`` and ``sigma`` (training) or leave them
+                as they are (evaluation). Required, keyword-only.
+            **kwargs: keyword arguments for the wrapped layer.
+
+        Returns:
+            The wrapped layer's output.
+        """
 
         def forward(layer: Any) -> Any:
             return layer(*args, **kwargs)
@@ -446,9 +712,35 @@ class SpectralNorm(Module):
 
 
 class WeightNorm(Module):
-    """Weight normalisation of ``layer_instance``'s parameters whose path contains a name
-    in ``variable_filter`` (``{'kernel'}``): each is divided by its L2 norm over all axes
-    but ``feature_axes`` and multiplied by a learned ``scale`` (``<layer>/<path>/scale``).
+    """Weight normalisation: run a layer with its weights split into direction and scale.
+
+    Wraps ``layer_instance``: each selected parameter is divided by its L2 norm over all
+    axes except ``feature_axes`` and multiplied by a learned scale of the shape of those
+    axes, a parameter named ``<layer>/<param path>/scale``. The direction and the length
+    of each weight are thus learned separately.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.WeightNorm(nn.Dense(4))
+    >>> x = jnp.ones((2, 3))
+    >>> variables = layer.init(jax.random.key(0), x)
+    >>> variables["params"]["layer_instance/kernel/scale"].shape
+    (4,)
+
+    Attributes:
+        layer_instance: the layer whose parameters are normalised.
+        epsilon: a small number added to the squared norm before the square root
+            (default ``1e-12``).
+        dtype: the dtype of the normalised parameters (default ``None``: promoted from
+            the parameter and the scale).
+        param_dtype: the dtype the scales are created in (default ``float32``).
+        use_scale: whether to learn a scale (default ``True``); without it every
+            selected weight has unit norm.
+        scale_init: initializer of the scales (default ones).
+        feature_axes: the axis, or axes, kept out of the norm and spanned by the scale
+            (default ``-1``); ``None`` takes the norm over the whole parameter.
+        variable_filter: names selecting the parameters to normalise: those whose path
+            contains one of them (default ``{'kernel'}``); ``None`` or empty selects all.
     """
 
     layer_instance: Module
@@ -462,7 +754,15 @@ class WeightNorm(Module):
 
     @compact
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the wrapped layer with weight-normalised parameters."""
+        """Call the wrapped layer with weight-normalised parameters.
+
+        Args:
+            *args: positional arguments for the wrapped layer.
+            **kwargs: keyword arguments for the wrapped layer.
+
+        Returns:
+            The wrapped layer's output.
+        """
 
         def forward(layer: Any) -> Any:
             return layer(*args, **kwargs)

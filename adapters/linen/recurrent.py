@@ -51,7 +51,13 @@ _logger = logging.getLogger(__name__)
 
 
 class RNNCellBase(Module):
-    """Base class of the cells: ``__call__(carry, inputs) -> (carry, output)``."""
+    """The base class of the recurrent cells, and the interface ``RNN`` relies on.
+
+    A cell is called once per time step as ``cell(carry, inputs) -> (new_carry, output)``
+    and provides ``initialize_carry(rng, input_shape)``, the state before the first step,
+    and ``num_feature_axes``, the number of trailing input axes that are features.
+    Subclass it for a custom cell to run in ``RNN``. It has no fields of its own.
+    """
 
     @nowrap
     def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]) -> Carry:
@@ -74,12 +80,39 @@ def _vector_carry(cell: Any, rng: PRNGKey, input_shape: tuple[int, ...], parts: 
 
 
 class LSTMCell(RNNCellBase):
-    """An LSTM cell; carry ``(c, h)``, output ``h``.
+    """A long short-term memory cell: carry ``(c, h)``, output ``h``.
 
-    Parameters: input kernels ``ii``, ``if``, ``ig``, ``io`` (``(in, features)``, no
-    bias) and hidden ``hi``, ``hf``, ``hg``, ``ho`` (``(features, features)`` and bias).
-    Defaults: ``lecun_normal()`` input kernels, ``orthogonal()`` hidden kernels, zero
-    biases and carry.
+    Input, forget and output gates ``i``, ``f``, ``o`` and a candidate ``g`` are computed
+    from the input and ``h``; then ``c' = f * c + i * g`` and ``h' = o * activation_fn(c')``.
+    Each gate has a ``Dense`` child for the input (``ii``, ``if``, ``ig``, ``io``: kernel
+    ``(in_features, features)``, no bias) and one for the hidden state (``hi``, ``hf``,
+    ``hg``, ``ho``: kernel ``(features, features)`` and bias). Apply it over a sequence
+    with ``RNN``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> cell = nn.LSTMCell(features=4)
+    >>> x = jnp.ones((2, 3))  # one time step: (batch, in_features)
+    >>> carry = cell.initialize_carry(jax.random.key(0), x.shape)
+    >>> variables = cell.init(jax.random.key(1), carry, x)
+    >>> (c, h), y = cell.apply(variables, carry, x)
+    >>> c.shape, y.shape
+    ((2, 4), (2, 4))
+
+    Attributes:
+        features: the size of the hidden state and of the output.
+        gate_fn: the nonlinearity of the gates (default ``sigmoid``).
+        activation_fn: the nonlinearity of the candidate and of the cell state (default
+            ``tanh``).
+        kernel_init: initializer of the input kernels (default ``lecun_normal()``).
+        recurrent_kernel_init: initializer of the hidden kernels (default
+            ``orthogonal()``).
+        bias_init: initializer of the biases (default zeros).
+        dtype: the dtype of the computation (default ``None``: promoted from the inputs,
+            carry and parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        carry_init: initializer of the carry made by ``initialize_carry`` (default
+            zeros).
     """
 
     features: int
@@ -94,7 +127,16 @@ class LSTMCell(RNNCellBase):
 
     @compact
     def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[Any, Array]:
-        """One step: ``((c, h), x) -> ((c', h'), h')``."""
+        """One time step.
+
+        Args:
+            carry: the state ``(c, h)``, each ``(*batch, features)``, from
+                ``initialize_carry`` or the previous step.
+            inputs: the step's input ``(*batch, in_features)``.
+
+        Returns:
+            ``(new_carry, output)``: ``((c', h'), h')``.
+        """
         hidden = carry[1].shape[-1]
 
         def project(name: str, x: Array) -> Array:
@@ -158,8 +200,27 @@ class DenseParams(Module):
 
 
 class OptimizedLSTMCell(RNNCellBase):
-    """``LSTMCell`` computing the four gates with one matrix product per source (same
-    parameters, names and defaults)."""
+    """An LSTM cell that computes its four gates with one matrix product per source.
+
+    The same function, parameters (names, shapes) and defaults as ``LSTMCell``, so the
+    two are interchangeable; the four input kernels and the four hidden kernels are each
+    concatenated for a single product, which is faster on accelerators.
+
+    Attributes:
+        features: the size of the hidden state and of the output.
+        gate_fn: the nonlinearity of the gates (default ``sigmoid``).
+        activation_fn: the nonlinearity of the candidate and of the cell state (default
+            ``tanh``).
+        kernel_init: initializer of the input kernels (default ``lecun_normal()``).
+        recurrent_kernel_init: initializer of the hidden kernels (default
+            ``orthogonal()``).
+        bias_init: initializer of the biases (default zeros).
+        dtype: the dtype of the computation (default ``None``: promoted from the inputs,
+            carry and parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        carry_init: initializer of the carry made by ``initialize_carry`` (default
+            zeros).
+    """
 
     features: int
     gate_fn: Callable[..., Any] = sigmoid
@@ -173,7 +234,16 @@ class OptimizedLSTMCell(RNNCellBase):
 
     @compact
     def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[Any, Array]:
-        """One step: ``((c, h), x) -> ((c', h'), h')``."""
+        """One time step.
+
+        Args:
+            carry: the state ``(c, h)``, each ``(*batch, features)``, from
+                ``initialize_carry`` or the previous step.
+            inputs: the step's input ``(*batch, in_features)``.
+
+        Returns:
+            ``((c', h'), h')``.
+        """
         h = carry[1]
         hidden = h.shape[-1]
         input_kernels, hidden_kernels, hidden_biases = [], [], []
@@ -220,10 +290,26 @@ class OptimizedLSTMCell(RNNCellBase):
 
 
 class SimpleCell(RNNCellBase):
-    """An Elman cell ``h' = activation_fn(i(x) + h(h) [+ h])``; carry and output ``h'``.
+    """A simple (Elman) recurrent cell: ``h' = activation_fn(i(x) + h(h))``.
 
-    Parameters ``i`` (kernel ``(in, features)`` and bias) and ``h`` (kernel ``(features,
-    features)``); ``residual`` adds ``h`` before the activation.
+    The carry and the output are both ``h'``. ``i`` is a ``Dense`` child with kernel
+    ``(in_features, features)`` and bias, ``h`` one with kernel ``(features, features)``
+    and no bias.
+
+    Attributes:
+        features: the size of the hidden state and of the output.
+        activation_fn: the nonlinearity (default ``tanh``).
+        kernel_init: initializer of the input kernel (default ``lecun_normal()``).
+        recurrent_kernel_init: initializer of the hidden kernel (default
+            ``orthogonal()``).
+        bias_init: initializer of the input bias (default zeros).
+        dtype: the dtype of the computation (default ``None``: promoted from the inputs,
+            carry and parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        carry_init: initializer of the carry made by ``initialize_carry`` (default
+            zeros).
+        residual: add the previous ``h`` inside the activation, ``activation_fn(i(x) +
+            h(h) + h)`` (default ``False``).
     """
 
     features: int
@@ -238,7 +324,16 @@ class SimpleCell(RNNCellBase):
 
     @compact
     def __call__(self, carry: Array, inputs: Array) -> tuple[Array, Array]:
-        """One step: ``(h, x) -> (h', h')``."""
+        """One time step.
+
+        Args:
+            carry: the state ``h`` ``(*batch, features)``, from ``initialize_carry``
+                or the previous step.
+            inputs: the step's input ``(*batch, in_features)``.
+
+        Returns:
+            ``(new_carry, output)``: ``(h', h')``.
+        """
         project = _input_hidden_projection(
             self,
             carry.shape[-1],
@@ -294,10 +389,35 @@ def _input_hidden_projection(
 
 
 class GRUCell(RNNCellBase):
-    """A GRU cell; carry and output ``h``.
+    """A gated recurrent unit cell; the carry and the output are the new ``h``.
 
-    Parameters ``ir``, ``iz``, ``in`` (kernel ``(in, features)`` and bias) and ``hr``,
-    ``hz`` (kernel ``(features, features)``), ``hn`` (kernel and bias).
+    A reset gate ``r`` and an update gate ``z`` are computed from the input and ``h``;
+    the candidate is ``n = activation_fn(in(x) + r * hn(h))`` and
+    ``h' = (1 - z) * n + z * h``. Children: ``ir``, ``iz``, ``in`` (kernel
+    ``(in_features, features)`` and bias), ``hr``, ``hz`` (kernel ``(features,
+    features)``) and ``hn`` (kernel and bias).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.RNN(nn.GRUCell(features=5))
+    >>> xs = jnp.ones((2, 7, 3))  # (batch, time, in_features)
+    >>> variables = layer.init(jax.random.key(0), xs)
+    >>> layer.apply(variables, xs).shape
+    (2, 7, 5)
+
+    Attributes:
+        features: the size of the hidden state and of the output.
+        gate_fn: the nonlinearity of the gates (default ``sigmoid``).
+        activation_fn: the nonlinearity of the candidate state (default ``tanh``).
+        kernel_init: initializer of the input kernels (default ``lecun_normal()``).
+        recurrent_kernel_init: initializer of the hidden kernels (default
+            ``orthogonal()``).
+        bias_init: initializer of the biases (default zeros).
+        dtype: the dtype of the computation (default ``None``: promoted from the inputs,
+            carry and parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        carry_init: initializer of the carry made by ``initialize_carry`` (default
+            zeros).
     """
 
     features: int
@@ -312,7 +432,16 @@ class GRUCell(RNNCellBase):
 
     @compact
     def __call__(self, carry: Array, inputs: Array) -> tuple[Array, Array]:
-        """One step: ``(h, x) -> (h', h')``."""
+        """One time step.
+
+        Args:
+            carry: the state ``h`` ``(*batch, features)``, from ``initialize_carry``
+                or the previous step.
+            inputs: the step's input ``(*batch, in_features)``.
+
+        Returns:
+            ``(new_carry, output)``: ``(h', h')``.
+        """
         project = _input_hidden_projection(
             self,
             carry.shape[-1],
@@ -335,11 +464,30 @@ class GRUCell(RNNCellBase):
 
 
 class MGUCell(RNNCellBase):
-    """A minimal gated unit; carry and output ``h``.
+    """A minimal gated unit: a GRU with a single (forget) gate; carry and output ``h``.
 
-    Parameters ``if``, ``in`` (kernel and bias; biases from ``forget_bias_init``, default
-    ones, and ``activation_bias_init``, default zeros), ``hf`` (kernel) and ``hn`` (kernel,
+    ``f = gate_fn(if(x) + hf(h))``, ``n = activation_fn(in(x) + f * hn(h))`` and
+    ``h' = (1 - f) * n + f * h``. Children: ``if`` and ``in`` (kernel ``(in_features,
+    features)`` and bias), ``hf`` (kernel ``(features, features)``) and ``hn`` (kernel,
     and a bias when ``reset_gate``).
+
+    Attributes:
+        features: the size of the hidden state and of the output.
+        gate_fn: the nonlinearity of the forget gate (default ``sigmoid``).
+        activation_fn: the nonlinearity of the candidate state (default ``tanh``).
+        kernel_init: initializer of the input kernels (default ``lecun_normal()``).
+        recurrent_kernel_init: initializer of the hidden kernels (default
+            ``orthogonal()``).
+        forget_bias_init: initializer of the forget gate's bias (default ones, so the
+            cell starts out keeping its state).
+        activation_bias_init: initializer of the candidate's biases (default zeros).
+        dtype: the dtype of the computation (default ``None``: promoted from the inputs,
+            carry and parameters).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        carry_init: initializer of the carry made by ``initialize_carry`` (default
+            zeros).
+        reset_gate: multiply the hidden contribution to the candidate by ``f`` (default
+            ``True``); ``False`` uses ``in(x) + hn(h)`` and gives ``hn`` no bias.
     """
 
     features: int
@@ -356,7 +504,16 @@ class MGUCell(RNNCellBase):
 
     @compact
     def __call__(self, carry: Array, inputs: Array) -> tuple[Array, Array]:
-        """One step: ``(h, x) -> (h', h')``."""
+        """One time step.
+
+        Args:
+            carry: the state ``h`` ``(*batch, features)``, from ``initialize_carry``
+                or the previous step.
+            inputs: the step's input ``(*batch, in_features)``.
+
+        Returns:
+            ``(new_carry, output)``: ``(h', h')``.
+        """
         with_bias = self.reset_gate
         project = _input_hidden_projection(
             self,
@@ -389,11 +546,34 @@ class MGUCell(RNNCellBase):
 
 
 class ConvLSTMCell(RNNCellBase):
-    """A convolutional LSTM cell over ``(*batch, *spatial, features)`` inputs; carry
-    ``(c, h)``.
+    """A convolutional LSTM cell: an LSTM whose projections are convolutions.
 
-    Parameters: ``Conv`` layers ``ih`` and ``hh`` to ``4 * features`` channels (default
-    initializers of ``Conv``); the forget gate gets ``+1`` before its sigmoid.
+    Inputs are images (or other grids) ``(*batch, *spatial, in_features)`` and the carry
+    ``(c, h)`` has shape ``(*batch, *spatial, features)`` each, so the state keeps its
+    spatial layout. Two ``Conv`` children, ``ih`` for the input and ``hh`` for ``h``, each
+    produce ``4 * features`` channels split into the four gates (with ``Conv``'s default
+    initializers); the forget gate gets ``+1`` before its sigmoid.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> cell = nn.ConvLSTMCell(features=6, kernel_size=(3, 3))
+    >>> x = jnp.ones((2, 8, 8, 3))  # one time step: (batch, height, width, channels)
+    >>> carry = cell.initialize_carry(jax.random.key(0), x.shape)
+    >>> variables = cell.init(jax.random.key(1), carry, x)
+    >>> variables["params"]["ih"]["kernel"].shape
+    (3, 3, 3, 24)
+
+    Attributes:
+        features: the number of channels of the state and of the output.
+        kernel_size: the convolution window, one int per spatial axis.
+        strides: the convolution strides (default ``None``: 1); the state's spatial
+            shape must match the input's, so strides other than 1 rarely fit.
+        padding: the convolution padding, as for ``Conv`` (default ``'SAME'``).
+        use_bias: whether the convolutions have biases (default ``True``).
+        dtype: the dtype of the computation (default ``None``: promoted).
+        param_dtype: the dtype the parameters are created in (default ``float32``).
+        carry_init: initializer of the carry made by ``initialize_carry`` (default
+            zeros).
     """
 
     features: int
@@ -407,7 +587,15 @@ class ConvLSTMCell(RNNCellBase):
 
     @compact
     def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[Any, Array]:
-        """One step: ``((c, h), x) -> ((c', h'), h')``."""
+        """One time step.
+
+        Args:
+            carry: the state ``(c, h)``, each ``(*batch, *spatial, features)``.
+            inputs: the step's input ``(*batch, *spatial, in_features)``.
+
+        Returns:
+            ``((c', h'), h')``.
+        """
 
         def project(name: str, x: Array) -> Array:
             return Conv(
@@ -442,17 +630,36 @@ class ConvLSTMCell(RNNCellBase):
 
 
 class RNN(Module):
-    """Applies ``cell`` over the time axis of ``inputs`` with ``nn.scan``.
+    """Run a recurrent cell over the time axis of a sequence (a ``scan`` over steps).
 
-    Inputs are ``(*batch, time, *features)`` (``(time, *batch, *features)`` with
-    ``time_major``). The carry starts from ``initial_carry`` or from
-    ``cell.initialize_carry(init_key or key(0), one_step_shape)``. ``seq_lengths``
-    (batch shape) marks padding: with ``return_carry`` the carry of each sequence is the
-    one after its last valid step; outputs at padded steps are not zeroed. ``reverse``
-    processes from the end (padding stays at the end) and returns outputs in that order
-    unless ``keep_order``. ``unroll``, ``variable_axes``, ``variable_broadcast``,
-    ``variable_carry`` and ``split_rngs`` are passed to ``nn.scan`` (defaults: parameters
-    broadcast, the ``params`` stream not split).
+    Inputs are ``(*batch, time, *features)``, or ``(time, *batch, *features)`` with
+    ``time_major``; the cell sees one step at a time and its parameters are shared by all
+    steps. The carry starts from ``initial_carry`` if given, else from
+    ``cell.initialize_carry``. With ``seq_lengths``, steps past each sequence's length are
+    padding: the returned carry is the one after the last real step (the outputs at
+    padded steps are not zeroed). The ``__call__`` keywords ``return_carry``,
+    ``time_major``, ``reverse`` and ``keep_order`` override the fields for one call.
+    Example: see ``GRUCell``.
+
+    Attributes:
+        cell: the cell applied at each step (an ``RNNCellBase``).
+        time_major: the time axis comes first, before the batch axes (default ``False``:
+            it follows them).
+        return_carry: return ``(final_carry, outputs)`` instead of the outputs alone
+            (default ``False``).
+        reverse: process the sequence from its end (default ``False``); with
+            ``seq_lengths`` each sequence is reversed within its length, so padding stays
+            at the end.
+        keep_order: with ``reverse``, put the outputs back in input order (default
+            ``False``: they come out in processing order).
+        unroll: how many steps to unroll in each iteration of the loop (default ``1``).
+        variable_axes: the variable collections with one slice per step, as
+            ``{collection: axis}`` (default ``{}``: none).
+        variable_broadcast: the collections shared by all steps (default ``'params'``).
+        variable_carry: the collections whose values flow from step to step (default
+            ``False``: none).
+        split_rngs: for each rng stream, whether every step gets its own key (default
+            ``{'params': False}``: one parameter key, so the steps share parameters).
     """
 
     cell: RNNCellBase
@@ -478,7 +685,26 @@ class RNN(Module):
         reverse: bool | None = None,
         keep_order: bool | None = None,
     ) -> Output | tuple[Carry, Output]:
-        """Run the cell over ``inputs``; keyword arguments override the attributes."""
+        """Run the cell over the sequence.
+
+        Args:
+            inputs: the sequence ``(*batch, time, *features)`` (time first when
+                ``time_major``).
+            initial_carry: the carry before the first step (default ``None``: from
+                ``cell.initialize_carry``).
+            init_key: the key for ``cell.initialize_carry`` (default ``None``:
+                ``jax.random.key(0)``).
+            seq_lengths: an integer array of the batch shape with each sequence's length
+                (default ``None``: all use the full time axis).
+            return_carry: overrides the field for this call (default ``None``).
+            time_major: overrides the field for this call (default ``None``).
+            reverse: overrides the field for this call (default ``None``).
+            keep_order: overrides the field for this call (default ``None``).
+
+        Returns:
+            The outputs ``(*batch, time, *out_features)``, or ``(final_carry, outputs)``
+            when returning the carry.
+        """
 
         def scan(carry: Any, xs: Any, time_axis: int, stack_carries: bool) -> tuple[Any, Any]:
             def step(cell: RNNCellBase, carry: Any, x: Any) -> Any:
@@ -536,9 +762,31 @@ class RNNBase(Protocol):
 
 
 class Bidirectional(Module):
-    """Runs ``forward_rnn`` in order and ``backward_rnn`` reversed (outputs re-aligned)
-    and merges their outputs with ``merge_fn`` (default: concatenation on the last
-    axis). The carry is the pair of both final carries."""
+    """Run one RNN forward and another backward over a sequence and merge their outputs.
+
+    ``backward_rnn`` reads the sequence from its end (each sequence within its length when
+    ``seq_lengths`` is given); its outputs are put back in input order before
+    ``merge_fn`` combines them with ``forward_rnn``'s step by step. The carry is the pair
+    ``(forward_carry, backward_carry)``. Passing the same object twice shares parameters
+    (and logs a warning).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> layer = nn.Bidirectional(nn.RNN(nn.LSTMCell(4)), nn.RNN(nn.LSTMCell(4)))
+    >>> xs = jnp.ones((2, 7, 3))  # (batch, time, in_features)
+    >>> variables = layer.init(jax.random.key(0), xs)
+    >>> layer.apply(variables, xs).shape  # both directions' features, concatenated
+    (2, 7, 8)
+
+    Attributes:
+        forward_rnn: the RNN run in input order (anything with ``RNN``'s call signature).
+        backward_rnn: the RNN run in reverse order.
+        merge_fn: combines the two output sequences (default: concatenation along the
+            last axis).
+        time_major: the time axis comes first (default ``False``).
+        return_carry: return ``((forward_carry, backward_carry), outputs)`` (default
+            ``False``: the outputs alone).
+    """
 
     forward_rnn: RNNBase
     backward_rnn: RNNBase
@@ -558,7 +806,25 @@ class Bidirectional(Module):
         reverse: bool | None = None,
         keep_order: bool | None = None,
     ) -> Output | tuple[Carry, Output]:
-        """Run both directions; ``reverse`` and ``keep_order`` are ignored."""
+        """Run both directions and merge them.
+
+        Args:
+            inputs: the sequence ``(*batch, time, *features)`` (time first when
+                ``time_major``).
+            initial_carry: ``(forward_carry, backward_carry)`` before the first step
+                (default ``None``: each cell's ``initialize_carry``).
+            init_key: the key for the cells' ``initialize_carry`` (default ``None``).
+            seq_lengths: each sequence's length, an integer array of the batch shape
+                (default ``None``: the full time axis).
+            return_carry: overrides the field for this call (default ``None``).
+            time_major: overrides the field for this call (default ``None``).
+            reverse: accepted for ``RNN``'s signature and ignored.
+            keep_order: accepted for ``RNN``'s signature and ignored.
+
+        Returns:
+            The merged outputs, or ``((forward_carry, backward_carry), outputs)`` when
+            returning the carry.
+        """
         if self.forward_rnn is self.backward_rnn:
             _logger.warning(
                 "forward_rnn and backward_rnn is the same object, so they will share parameters."
