@@ -1,10 +1,12 @@
 """Two processes (4 CPU devices each, ``jax.distributed`` on loopback) against one process
 with 8 devices: the same sharded training step gives the same loss, and an Orbax
-checkpoint the two processes write together restores in one process.
+checkpoint the two processes write together restores in one process. Both on a mesh of
+Auto axes and on one of Explicit axes (JAX's default), where every array's sharding is in
+its type and the restore must give it back.
 
 The test starts two copies of this file as workers (``python -m
 tests.pytreemod.test_checkpoint_multiprocess <id> <port> <folder>``), bounded in time;
-their process groups are killed if they overrun.
+their process groups are killed if they overrun. One launch covers both axis types.
 """
 
 import json
@@ -22,6 +24,7 @@ import optax
 import pytest
 
 import pytreemod as pm
+from pytreemod.nn import functional as F
 from tests.helpers import wait_for_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -39,8 +42,10 @@ class MLP(pm.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         up, down = pm.unbox(self.up), pm.unbox(self.down)
-        h = jax.nn.relu(x @ up.kernel.value + up.bias.value[None])
-        return h @ down.kernel.value + down.bias.value[None]
+        # pm.nn's linear derives the output shardings an Explicit mesh asks for (the row-
+        # parallel down projection contracts the sharded hidden axis).
+        h = jax.nn.relu(F.linear(x, up.kernel.value, up.bias.value))
+        return F.linear(h, down.kernel.value, down.bias.value)
 
 
 def make_mlp(key: jax.Array) -> MLP:
@@ -63,9 +68,11 @@ def data() -> tuple[np.ndarray, np.ndarray]:
     return rng.standard_normal((16, 8), np.float32), rng.standard_normal((16, 8), np.float32)
 
 
-def make_mesh() -> jax.sharding.Mesh:
-    auto = jax.sharding.AxisType.Auto
-    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(auto, auto))
+KINDS = {"auto": jax.sharding.AxisType.Auto, "explicit": jax.sharding.AxisType.Explicit}
+
+
+def make_mesh(kind: str) -> jax.sharding.Mesh:
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(KINDS[kind],) * 2)
 
 
 def place(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
@@ -111,18 +118,20 @@ def worker(process_id: int, port: int, folder: str) -> None:
     assert (jax.process_count(), jax.device_count(), jax.local_device_count()) == (2, 8, 4)
     import orbax.checkpoint as ocp
 
-    mesh = make_mesh()
-    losses, _, state = train(mesh)
-    checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(os.path.join(folder, "ckpt"), state)
-    checkpointer.wait_until_finished()
-    try:  # one file cannot hold arrays split over processes
-        pm.save(os.path.join(folder, f"single{process_id}.safetensors"), state)
-        single = "saved"
-    except pm.CheckpointError as e:
-        single = str(e)
+    results = {}
+    for kind in KINDS:
+        losses, _, state = train(make_mesh(kind))
+        checkpointer = ocp.StandardCheckpointer()
+        checkpointer.save(os.path.join(folder, f"ckpt-{kind}"), state)
+        checkpointer.wait_until_finished()
+        try:  # one file cannot hold arrays split over processes
+            pm.save(os.path.join(folder, f"single{process_id}.safetensors"), state)
+            single = "saved"
+        except pm.CheckpointError as e:
+            single = str(e)
+        results[kind] = {"losses": losses, "single": single}
     with open(os.path.join(folder, f"worker{process_id}.json"), "w") as f:
-        json.dump({"losses": losses, "single": single}, f)
+        json.dump(results, f)
     jax.distributed.shutdown()
 
 
@@ -132,7 +141,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_match_one_and_share_a_checkpoint(tmp_path: pathlib.Path) -> None:
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, list[Any]]:
+    """The folder the two workers wrote (a checkpoint per axis type) and their results."""
+    tmp_path = tmp_path_factory.mktemp("multiprocess")
     port = _free_port()
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
     env["JAX_PLATFORMS"] = "cpu"
@@ -150,11 +162,17 @@ def test_two_processes_match_one_and_share_a_checkpoint(tmp_path: pathlib.Path) 
         for i in range(2)
     ]
     wait_for_processes(procs, timeout=180)
-    results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
+    return tmp_path, [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
 
-    mesh = make_mesh()
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_two_processes_match_one_and_share_a_checkpoint(
+    workers: tuple[pathlib.Path, list[Any]], kind: str
+) -> None:
+    tmp_path, results = workers
+    mesh = make_mesh(kind)
     losses, structure, state = train(mesh)
-    for r in results:
+    for r in (result[kind] for result in results):
         np.testing.assert_allclose(r["losses"], losses, rtol=1e-5, atol=1e-6)
         assert "split over several processes" in r["single"]
 
@@ -162,10 +180,13 @@ def test_two_processes_match_one_and_share_a_checkpoint(tmp_path: pathlib.Path) 
 
     skeleton = pm.eval_shape(make_mlp, jax.random.key(0))
     target = pm.abstract(pm.state(skeleton), mesh)
-    restored = ocp.StandardCheckpointer().restore(tmp_path / "ckpt", target)
+    restored = ocp.StandardCheckpointer().restore(tmp_path / f"ckpt-{kind}", target)
     model = pm.combine(structure, restored)
-    assert model.up.kernel.value.value.sharding.spec == jax.sharding.PartitionSpec(None, "model")
+    kernel = model.up.kernel.value.value
+    assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "model")
+    assert kernel.sharding.mesh.axis_types == (KINDS[kind],) * 2
     for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
+        assert jax.typeof(got) == jax.typeof(want)  # Explicit: the sharding type too
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 
 

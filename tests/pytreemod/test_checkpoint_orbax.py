@@ -44,9 +44,11 @@ def make_net(key: jax.Array) -> Net:
     return Net(layers, embed, embed, pm.BatchStat(jnp.zeros((), jnp.int32)), pm.Variable(key))
 
 
-@pytest.fixture
-def mesh() -> jax.sharding.Mesh:
-    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
+@pytest.fixture(params=[AxisType.Auto, AxisType.Explicit], ids=str)
+def mesh(request: pytest.FixtureRequest) -> jax.sharding.Mesh:
+    """A 2x4 mesh of either axis type: every restore lands in the type's shardings."""
+    kind = request.param
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(kind, kind))
 
 
 def sharded_net(mesh: jax.sharding.Mesh, seed: int = 0) -> Net:
@@ -60,6 +62,7 @@ def assert_restored(restored: Net, net: Net) -> None:
     assert restored.embed is restored.unembed  # ties come back
     for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(net)):
         assert got.sharding == want.sharding
+        assert jax.typeof(got) == jax.typeof(want)  # on an Explicit mesh, the sharding type
         if jnp.issubdtype(got.dtype, jax.dtypes.prng_key):
             got, want = jax.random.key_data(got), jax.random.key_data(want)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
