@@ -720,8 +720,8 @@ class Embed(Module):
             (default ``None``: the table's dtype, promoted with the query in ``attend``).
         param_dtype: the dtype the table is created in (default ``float32``).
         embedding_init: initializer of the table (default
-            ``variance_scaling(1.0, 'fan_in', 'normal', out_axis=0)``, i.e. unit-variance
-            normal rows).
+            ``variance_scaling(1.0, 'fan_in', 'normal', out_axis=0)``: normal entries of
+            variance ``1 / features``).
         promote_dtype: the function that casts the inputs and parameters to one dtype
             before the math, called as ``promote_dtype(*arrays, dtype=dtype)`` (default: this
             package's ``promote_dtype``). Swap it to keep some operand in another dtype.

@@ -27,9 +27,30 @@ def pool(
     strides: Sequence[int] | None,
     padding: Padding,
 ) -> jax.Array:
-    """Reduce every window of ``inputs`` with ``reduce_fn`` from ``init``
-    (``lax.reduce_window``); ``padding`` is ``'SAME'``, ``'VALID'`` or one ``(low, high)``
-    pair per window dimension, ``strides`` default to 1."""
+    """Reduce every window of ``inputs`` with a binary function (``lax.reduce_window``).
+
+    The generic pooling behind ``max_pool``, ``avg_pool`` and ``min_pool``: each output
+    entry folds ``reduce_fn`` over one window, starting from ``init``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> x = jnp.arange(16.0).reshape(1, 4, 4, 1)  # (batch, height, width, features)
+    >>> nn.pool(x, 0.0, jax.lax.add, (2, 2), (2, 2), "VALID")[..., 0].tolist()
+    [[[10.0, 18.0], [42.0, 50.0]]]
+
+    Args:
+        inputs: an array ``(*batch, *spatial, features)`` with one spatial axis per entry
+            of ``window_shape``.
+        init: the reduction's starting value (its identity: ``0`` for a sum, ``-inf`` for a
+            maximum).
+        reduce_fn: the binary reduction, e.g. ``jax.lax.add`` or ``jax.lax.max``.
+        window_shape: the window size along each spatial axis.
+        strides: the step between windows along each spatial axis (``None``: 1).
+        padding: ``'VALID'``, ``'SAME'`` or one ``(low, high)`` pair per spatial axis.
+
+    Returns:
+        An array ``(*batch, *out_spatial, features)``.
+    """
     return F.pool(
         jnp.asarray(inputs), init, reduce_fn, tuple(window_shape), strides or None, padding
     )
@@ -42,8 +63,29 @@ def avg_pool(
     padding: Padding = "VALID",
     count_include_pad: bool = True,
 ) -> jax.Array:
-    """Mean over each window; ``count_include_pad=False`` divides by the number of real
-    (unpadded) entries."""
+    """Average pooling: the mean of each window.
+
+    >>> import jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> x = jnp.arange(16.0).reshape(1, 4, 4, 1)  # (batch, height, width, features)
+    >>> nn.avg_pool(x, (2, 2), strides=(2, 2))[..., 0].tolist()
+    [[[2.5, 4.5], [10.5, 12.5]]]
+
+    Args:
+        inputs: an array ``(*batch, *spatial, features)`` with one spatial axis per
+            entry of ``window_shape`` (any number of batch axes, none included).
+        window_shape: the window size along each spatial axis.
+        strides: the step between windows along each spatial axis (default ``None``:
+            1, overlapping windows).
+        padding: ``'VALID'`` (the default: only whole windows), ``'SAME'`` (pad so the
+            output size is ``ceil(size / stride)``), or one ``(low, high)`` pair per
+            spatial axis.
+        count_include_pad: divide by the full window size, padding included (default
+            ``True``); ``False`` divides by the number of real entries in the window.
+
+    Returns:
+        An array ``(*batch, *out_spatial, features)``.
+    """
     x = jnp.asarray(inputs)
     return _traced.avg_pool(x, tuple(window_shape), strides or None, padding, count_include_pad)
 
@@ -54,7 +96,27 @@ def max_pool(
     strides: Sequence[int] | None = None,
     padding: Padding = "VALID",
 ) -> jax.Array:
-    """Maximum over each window."""
+    """Max pooling: the maximum of each window.
+
+    >>> import jax.numpy as jnp
+    >>> from adapters import linen as nn
+    >>> x = jnp.arange(16.0).reshape(1, 4, 4, 1)  # (batch, height, width, features)
+    >>> nn.max_pool(x, (2, 2), strides=(2, 2))[..., 0].tolist()
+    [[[5.0, 7.0], [13.0, 15.0]]]
+
+    Args:
+        inputs: an array ``(*batch, *spatial, features)`` with one spatial axis per
+            entry of ``window_shape`` (any number of batch axes, none included).
+        window_shape: the window size along each spatial axis.
+        strides: the step between windows along each spatial axis (default ``None``:
+            1, overlapping windows).
+        padding: ``'VALID'`` (the default: only whole windows), ``'SAME'`` (pad so the
+            output size is ``ceil(size / stride)``), or one ``(low, high)`` pair per
+            spatial axis.
+
+    Returns:
+        An array ``(*batch, *out_spatial, features)``.
+    """
     return _traced.max_pool(jnp.asarray(inputs), tuple(window_shape), strides or None, padding)
 
 
@@ -64,5 +126,19 @@ def min_pool(
     strides: Sequence[int] | None = None,
     padding: Padding = "VALID",
 ) -> jax.Array:
-    """Minimum over each window."""
+    """Min pooling: the minimum of each window.
+
+    Args:
+        inputs: an array ``(*batch, *spatial, features)`` with one spatial axis per
+            entry of ``window_shape`` (any number of batch axes, none included).
+        window_shape: the window size along each spatial axis.
+        strides: the step between windows along each spatial axis (default ``None``:
+            1, overlapping windows).
+        padding: ``'VALID'`` (the default: only whole windows), ``'SAME'`` (pad so the
+            output size is ``ceil(size / stride)``), or one ``(low, high)`` pair per
+            spatial axis.
+
+    Returns:
+        An array ``(*batch, *out_spatial, features)``.
+    """
     return F.min_pool(jnp.asarray(inputs), tuple(window_shape), strides or None, padding)

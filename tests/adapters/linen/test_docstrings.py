@@ -25,8 +25,10 @@ LAYERS = sorted(
     and issubclass(getattr(nn, name), nn.Module)
     and getattr(nn, name) is not nn.Module
 )
-# Every module defining a public layer: each has runnable examples.
-LAYER_MODULES = sorted({getattr(nn, name).__module__ for name in LAYERS})
+# Every module defining a public layer, and the pooling functions: each has examples.
+LAYER_MODULES = sorted(
+    {getattr(nn, name).__module__ for name in LAYERS} | {"adapters.linen.pooling"}
+)
 
 
 def _section(doc: str, title: str) -> list[str]:
