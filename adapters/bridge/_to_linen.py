@@ -55,7 +55,8 @@ class ToLinen(nn.Module):
     - ``rng_collection``: the rng stream that provides the build key (``params``).
     - ``key_arg``: the factory's keyword for the key (``key``); ``None`` passes no key.
     - ``call_rngs``: ``{call keyword: rng stream}``; each call not given that keyword gets
-      ``make_rng(stream)`` there (``{"key": "dropout"}`` for ``pm.nn.Dropout``).
+      ``make_rng(stream)`` there (``{"key": "dropout"}`` for ``pm.nn.Dropout``), when the
+      stream (or ``params``, Linen's fallback) is provided; otherwise nothing.
 
     Calling the Linen module calls ``method`` of the rebuilt pytreemod module with the
     same arguments.
