@@ -6,6 +6,10 @@ collections becomes the Linen collection of the same name, under this module's s
 those variables with ``pm.from_variables``, called under ``pm.apply``, and the variables
 it wrote are put back with ``put_variable``, so Linen's ``mutable=`` decides what may
 change (a write to another collection raises Linen's ``ModifyScopeVariableError``).
+
+A ``call_rngs`` stream that neither ``init``/``apply`` nor the ``params`` fallback provides
+is not passed: a deterministic call needs none. If the call then fails and would have run
+with a key, the error (``InvalidRngError``) names this module and the stream to pass.
 """
 
 from collections.abc import Callable, Mapping
@@ -15,6 +19,7 @@ import jax
 
 import pytreemod as pm
 
+from .. import errors
 from .. import linen as nn
 from ..core import FrozenDict
 from ._keys import from_linen_keys, to_linen_keys
@@ -50,7 +55,8 @@ class ToLinen(nn.Module):
     - ``rng_collection``: the rng stream that provides the build key (``params``).
     - ``key_arg``: the factory's keyword for the key (``key``); ``None`` passes no key.
     - ``call_rngs``: ``{call keyword: rng stream}``; each call not given that keyword gets
-      ``make_rng(stream)`` there (``{"key": "dropout"}`` for ``pm.nn.Dropout``).
+      ``make_rng(stream)`` there (``{"key": "dropout"}`` for ``pm.nn.Dropout``), when the
+      stream (or ``params``, Linen's fallback) is provided; otherwise nothing.
 
     Calling the Linen module calls ``method`` of the rebuilt pytreemod module with the
     same arguments.
@@ -112,27 +118,69 @@ class ToLinen(nn.Module):
 
     @nn.compact
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        missing: dict[str, str] = {}  # call keyword -> a stream nobody provides
         for keyword, stream in self.call_rngs.items():
-            if keyword not in kwargs:
+            if keyword in kwargs:
+                continue
+            if self._has_rng(stream):
                 kwargs[keyword] = self.make_rng(stream)
+            else:
+                missing[keyword] = stream
         stored = self._stored()
         if self.is_initializing() and not stored:
             needs_key = not isinstance(self.module, pm.Module) and (
                 self.key_arg is not None and self.key_arg not in self.kwargs
             )
+            if needs_key and not self._has_rng(self.rng_collection):
+                raise self._rng_error(self.rng_collection, f"the {self.key_arg}= that builds it")
             model = self._build(self.make_rng(self.rng_collection) if needs_key else None)
             for col, tree in to_linen_keys(pm.to_variables(model)).items():
                 if not self.is_mutable_collection(col):
                     continue  # as in Linen: init's mutable= says what is kept
                 for name, value in tree.items():
                     self.put_variable(col, name, value)
-            out, _ = pm.apply(getattr(model, self.method), *args, mutable=True, **kwargs)
+            out, _ = self._call(model, missing, args, kwargs)
             return out  # init keeps the module as built: writes of this call are dropped
         model = self.rebuild(stored)
-        out, new = pm.apply(getattr(model, self.method), *args, mutable=True, **kwargs)
+        out, new = self._call(model, missing, args, kwargs)
         if not self.is_initializing():  # as for a first call, init drops the writes
             self._put_writes(model, new)
         return out
+
+    def _has_rng(self, stream: str) -> bool:
+        # make_rng falls back to ``params`` where a stream is missing (as Flax's does).
+        return self.has_rng(stream) or self.has_rng("params")
+
+    def _label(self) -> str:
+        wrapped = self.module if not isinstance(self.module, pm.Module) else type(self.module)
+        name = getattr(wrapped, "__name__", type(wrapped).__name__)
+        path = self.scope.path_text if self.scope is not None else "/"
+        return f'ToLinen "{path}" ({name})'
+
+    def _rng_error(self, stream: str, use: str) -> errors.InvalidRngError:
+        return errors.InvalidRngError(
+            f'{self._label()} needs PRNG for "{stream}" ({use}): pass '
+            f"rngs={{'{stream}': key}} to init/apply."
+        )
+
+    def _call(
+        self, model: Any, missing: dict[str, str], args: Any, kwargs: dict[str, Any]
+    ) -> tuple[Any, Any]:
+        """``pm.apply`` of ``method``; a failure that a key for a ``missing`` stream would
+        have avoided (the call runs under ``eval_shape`` with one) is an ``InvalidRngError``."""
+        call = getattr(model, self.method)
+        try:
+            return pm.apply(call, *args, mutable=True, **kwargs)
+        except pm.PytreemodError as error:
+            if not missing:
+                raise
+            keys = {keyword: jax.random.key(0) for keyword in missing}
+            try:
+                jax.eval_shape(lambda: pm.apply(call, *args, mutable=True, **kwargs, **keys))
+            except Exception:
+                raise error from None  # not (only) the missing key
+            keyword, stream = next(iter(missing.items()))
+            raise self._rng_error(stream, f"the {keyword}= of its {self.method}") from error
 
     def _put_writes(self, old: Any, new: Any) -> None:
         old_leaves = jax.tree.leaves(old, is_leaf=_is_var)

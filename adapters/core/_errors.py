@@ -137,7 +137,9 @@ class ScopeCollectionNotFound(FlaxError):
     """A variable was read from a collection that is absent from the variables.
 
     Fix: pass the whole variables dict (``{'params': ...}``), or make the collection
-    mutable so that it is created. ``hint`` (ours) is appended to Flax's text.
+    mutable so that it is created. ``hint`` (ours) is appended to Flax's text: a
+    collection of the variables whose name nearly matches (``'param'``) is named as a
+    likely typo.
     """
 
     _documented = True
@@ -208,7 +210,8 @@ class ModifyScopeVariableError(FlaxError):
     """A variable was written in a collection that is not mutable.
 
     Fix: list the collection in ``mutable=`` (or lift it out of the transform).
-    ``hint`` (ours) is appended to Flax's text.
+    ``hint`` (ours) is appended to Flax's text: a ``mutable=`` name that nearly matches
+    (``'batch_stat'``) is named as a likely typo.
     """
 
     _documented = True

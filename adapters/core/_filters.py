@@ -7,7 +7,8 @@ selected. This module only adds what selecting *by name* needs: normalising sets
 combining filters, and grouping a variables dict into groups (first match wins).
 """
 
-from collections.abc import Mapping, Sequence
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -88,6 +89,21 @@ def mentioned_names(filt: pm.Filter) -> set[str]:
             out |= mentioned_names(f)
         return out
     return set()
+
+
+def typo_hint(wanted: str, names: Iterable[str], holder: str) -> str:
+    """A hint to append to an error about collection ``wanted`` when one of ``names``
+    (the collections the user gave) is a near miss of it: ``' mutable= names
+    "batch_stat", not "batch_stats" (a typo?).'``; ``''`` when none is close."""
+    others = sorted({n for n in names if isinstance(n, str) and n != wanted})
+    close = difflib.get_close_matches(wanted, others, n=1, cutoff=0.8)
+    return f' {holder} "{close[0]}", not "{wanted}" (a typo?).' if close else ""
+
+
+def selected_names(filt: pm.Filter) -> list[str]:
+    """The collection names a filter mentions and selects (``mutable=["batch_stats"]``
+    gives ``["batch_stats"]``; a ``DenyList`` gives none)."""
+    return [n for n in sorted(mentioned_names(filt)) if in_filter(filt, n)]
 
 
 _PROBE = "\x00unnamed-collection"

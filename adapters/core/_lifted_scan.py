@@ -10,6 +10,7 @@ be created inside a ``scan`` body (``CarryVariableInitError``).
 
 import dataclasses
 import functools
+import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -173,7 +174,11 @@ class _Scan:
         *args: Any,
     ) -> Any:
         arg_axes = tuple(no_broadcast(a) for a in per_arg(self.in_axes, len(args), "in_axes"))
-        n = mapped_size(self.length, axis_leaves(arg_axes, args, "in_axes"), "scan length", "scan")
+        pairs = axis_leaves(arg_axes, args, "in_axes")
+        sizes = {leaf.shape[ax] for ax, leaf in pairs if isinstance(ax, int)}
+        if len(sizes) > 1 or (self.length is not None and sizes - {self.length}):
+            self._raise_length_error(init, args, arg_axes)
+        n = mapped_size(self.length, pairs, "scan length", "scan")
         rng_groups = tuple(
             split_keys(g, n) if split else g for g, split in zip(rng_groups, self.rng_splits)
         )
@@ -222,6 +227,27 @@ class _Scan:
         )((carry_in, init), bcast_in, scan_in, rng_groups, *args)
         check_partition_name(scan_out, self.var_out_axes, self.params)
         return (c, ys), (bcast_out, carry_out, *scan_out)
+
+    def _raise_length_error(self, init: Any, args: tuple[Any, ...], arg_axes: Any) -> None:
+        """The scanned inputs disagree in length (with each other or with ``length``):
+        ``pm.scan`` names them by ``fn``'s parameters (the scope left out, so the carry is
+        positional 0, as the caller passes it)."""
+
+        def named(*call_args: Any) -> None:
+            del call_args  # never runs: pm.scan checks the lengths first
+
+        try:
+            params = list(inspect.signature(self.fn).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        if params and params[0].kind is not inspect.Parameter.VAR_POSITIONAL:
+            params = params[1:]
+        named.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        scan = pm.scan(named, in_axes=(None, *arg_axes), out_axes=None, length=self.length)
+        try:
+            jax.eval_shape(lambda: scan(init, *args))
+        except pm.TransformError as error:
+            raise LiftError(f"lift.{error}") from None
 
     def _probe(
         self, scope_fn: Callable[..., Any], variable_groups: Any, rng_groups: Any

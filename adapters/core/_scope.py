@@ -651,7 +651,8 @@ class Scope:
                     hint=f' It is not lifted into the transform "{transform}": add it to the '
                     "transform's variable filters.",
                 )
-            raise ModifyScopeVariableError(col, name, self.path_text)
+            typo = _filters.typo_hint(col, _filters.selected_names(self.mutable), "mutable= names")
+            raise ModifyScopeVariableError(col, name, self.path_text, hint=typo)
         _put_variable(self._mutable_collection(col), name, value)
 
     def _missing(self, col: str, name: str, param: bool) -> Exception:
@@ -659,7 +660,9 @@ class Scope:
         if transform is not None:
             return UnliftedCollectionError(col, name, self.path_text, transform)
         if self.is_collection_empty(col):
-            return ScopeCollectionNotFound(col, name, self.path_text)
+            have = (c for c, v in self.root._variables.items() if v)
+            typo = _filters.typo_hint(col, have, "The variables have collection")
+            return ScopeCollectionNotFound(col, name, self.path_text, hint=typo)
         if param:
             return ScopeParamNotFoundError(name, self.path_text)
         return ScopeVariableNotFoundError(name, col, self.path_text)

@@ -118,6 +118,7 @@ def module_class_lift_transform(
                 base = module_class(parent=None, **_field_attrs(self))
                 return _run_on_clone(base, fn, scopes, args, kwargs, state, self, fn_name)
 
+            core_fn.__wrapped__ = fn  # type: ignore[attr-defined]  # messages name fn's arguments
             trafo_fn = transform(core_fn, *t_args, **t_kwargs)
             module_scopes, args, kwargs = get_module_scopes(self, args, kwargs)
             return trafo_fn(module_scopes, *args, **kwargs)
@@ -151,6 +152,8 @@ def decorator_lift_transform(
             return _run_on_clone(self, pre, scopes, args, kwargs, state, self, name)
 
         core_fns = [functools.partial(core_fn, p, c) for p, c in zip(prewrapped, class_fns)]
+        for core, original in zip(core_fns, class_fns):
+            core.__wrapped__ = original  # type: ignore[attr-defined]  # its signature, the scope first
         trafo_fn = transform(*core_fns, *trafo_args, **trafo_kwargs)
         module_scopes, args, kwargs = get_module_scopes(self, args, kwargs)
         if not multi_scope:

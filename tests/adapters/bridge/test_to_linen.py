@@ -9,7 +9,7 @@ import pytest
 import pytreemod as pm
 from adapters import bridge
 from adapters import linen as nn
-from adapters.errors import ModifyScopeVariableError
+from adapters.errors import InvalidRngError, ModifyScopeVariableError
 
 
 class Scaled(pm.Param, collection="scales"):
@@ -288,3 +288,71 @@ def test_call_rngs_hand_a_fresh_key_from_a_linen_stream() -> None:
     assert bool(jnp.all((a == 0) | (a == 2)))
     given = drop.apply(variables, x, key=jax.random.key(3))  # an explicit key wins
     assert jnp.array_equal(given, pm.nn.Dropout(0.5)(x, key=jax.random.key(3)))
+
+
+def test_call_rngs_are_optional_where_the_call_needs_no_key() -> None:
+    drop = bridge.to_linen(pm.nn.Dropout, 0.5, key_arg=None, call_rngs={"key": "dropout"})
+    x = jnp.ones((4, 8))
+    variables = drop.init({}, x, deterministic=True)  # no rngs at all
+    assert variables == {}
+    assert jnp.array_equal(drop.apply(variables, x, deterministic=True), x)
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array, train: bool) -> jax.Array:
+            x = nn.Dense(8)(x)
+            return bridge.to_linen(
+                pm.nn.Dropout, 0.5, key_arg=None, call_rngs={"key": "dropout"}, name="drop"
+            )(x, deterministic=not train)
+
+    net_vars = Net().init(jax.random.key(0), x, True)  # the params stream stands in
+    evaluated = Net().apply(net_vars, x, False)  # evaluation: no rngs
+    assert jnp.array_equal(
+        evaluated, nn.Dense(8).apply({"params": net_vars["params"]["Dense_0"]}, x)
+    )
+    trained = Net().apply(net_vars, x, True, rngs={"dropout": jax.random.key(1)})
+    assert bool(jnp.all((trained == 0) | (trained == 2 * evaluated)))
+
+
+def test_a_missing_call_rng_is_reported_with_the_module_and_the_stream() -> None:
+    drop = bridge.to_linen(pm.nn.Dropout, 0.5, key_arg=None, call_rngs={"key": "dropout"})
+    x = jnp.ones((4, 8))
+    message = (
+        r'ToLinen "/" \(Dropout\) needs PRNG for "dropout" \(the key= of its __call__\): '
+        r"pass rngs=\{'dropout': key\} to init/apply\."
+    )
+    with pytest.raises(InvalidRngError, match=message):
+        drop.apply({}, x)
+    with pytest.raises(InvalidRngError, match=message):
+        drop.init({}, x)
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return bridge.ToLinen(
+                pm.nn.Dropout, (0.5,), key_arg=None, call_rngs={"key": "dropout"}, name="drop"
+            )(x)
+
+    with pytest.raises(InvalidRngError, match=r'ToLinen "/drop" \(Dropout\) needs PRNG'):
+        Net().apply({}, x)
+
+
+class Picky(pm.Module):
+    """A call that takes an optional key and fails for another reason on 1-D inputs."""
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        if x.ndim != 2:
+            raise pm.LayerConfigError("Picky takes 2-D inputs")
+        return x if key is None else x + jax.random.normal(key, x.shape)
+
+
+def test_a_failure_a_key_would_not_avoid_keeps_its_own_error() -> None:
+    picky = bridge.ToLinen(Picky(), call_rngs={"key": "noise"})
+    with pytest.raises(pm.LayerConfigError, match="Picky takes 2-D inputs"):
+        picky.apply({}, jnp.ones(3))
+    assert jnp.array_equal(picky.apply({}, jnp.ones((1, 3))), jnp.ones((1, 3)))
+
+
+def test_a_missing_build_key_is_reported_with_the_module() -> None:
+    with pytest.raises(InvalidRngError, match=r'ToLinen "/" \(Linear\) needs PRNG for "params"'):
+        bridge.to_linen(pm.nn.Linear, 4, 3).init({}, jnp.ones((2, 4)))

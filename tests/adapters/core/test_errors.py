@@ -231,6 +231,13 @@ def test_lift_errors() -> None:
         lift.remat(body, concrete=True)
     with pytest.raises(LiftError, match="expected a Scope"):
         lift.fold_rngs(body)("not a scope", X, X)
+    with pytest.raises(
+        LiftError,
+        match=r"`xs` \(positional 1\) at \.a has 2, argument `xs` \(positional 1\) at \.b has 1",
+    ):
+        init(lambda s: lift.scan(lambda scope, c, xs: (c, c))(s, X, {"a": X, "b": X[:1]}))(
+            jax.random.key(0)
+        )
     with pytest.raises(LiftError, match="scan length cannot be inferred"):
         init(lambda s: lift.scan(lambda s, c: (c, c), in_axes=())(s, X))(jax.random.key(0))
     with pytest.raises(LiftError, match="at least one length"):

@@ -87,6 +87,48 @@ def test_missing_rng_stream_names_the_module() -> None:
     assert Noise().apply({}, rngs={"params": jax.random.key(1)}).shape == ()
 
 
+class Normed(nn.Module):
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nn.BatchNorm(use_running_average=False)(nn.Dense(3)(x))
+
+
+def test_a_misspelt_mutable_collection_gets_a_hint_after_flax_message() -> None:
+    x = jnp.ones((2, 4))
+    variables = Normed().init(jax.random.key(0), x)
+    flax_text = (
+        'Cannot update variable "mean" in "/BatchNorm_0" because collection "batch_stats" '
+        "is immutable."
+    )
+    for mutable in (["batch_stat"], "batch_stat", ("intermediates", "batch_stat")):
+        with pytest.raises(errors.ModifyScopeVariableError) as info:
+            Normed().apply(variables, x, mutable=mutable)
+        assert str(info.value).startswith(
+            flax_text + ' mutable= names "batch_stat", not "batch_stats" (a typo?).'
+        )
+    with pytest.raises(errors.ModifyScopeVariableError) as info:  # nothing close: no hint
+        Normed().apply(variables, x, mutable=["intermediates"])
+    assert str(info.value).startswith(flax_text + " (https://")
+
+
+def test_a_misspelt_collection_in_the_variables_gets_a_hint_after_flax_message() -> None:
+    x = jnp.ones((2, 4))
+    variables = Normed().init(jax.random.key(0), x)
+    misspelt = {"param": variables["params"], "batch_stats": variables["batch_stats"]}
+    with pytest.raises(errors.ScopeCollectionNotFound) as info:
+        Normed().apply(misspelt, x, mutable=["batch_stats"])
+    assert str(info.value).startswith(
+        'Tried to access "kernel" from collection "params" in "/Dense_0" but the collection '
+        'is empty. The variables have collection "param", not "params" (a typo?).'
+    )
+    stats = variables["batch_stats"]["BatchNorm_0"]
+    with pytest.raises(errors.ScopeCollectionNotFound, match=r'have collection "batch_stat",'):
+        nn.BatchNorm(use_running_average=True).apply({"batch_stat": stats}, jnp.ones((2, 3)))
+    with pytest.raises(errors.ScopeCollectionNotFound) as info:  # nothing close: no hint
+        Normed().apply({"weights": variables["params"]}, x)
+    assert "(a typo?)" not in str(info.value)
+
+
 def test_apply_method_forms() -> None:
     class Multi(nn.Module):
         sub: nn.Module = None  # type: ignore[assignment]

@@ -118,6 +118,37 @@ def test_scan_over_layers() -> None:
     np.testing.assert_allclose(final, ys[-1], rtol=1e-6)
 
 
+class TwoInputCell(nn.Module):
+    @nn.compact
+    def __call__(self, carry: jax.Array, x: jax.Array, bias: jax.Array) -> Any:
+        h = nn.Dense(carry.shape[-1])(x) + bias + carry
+        return h, h
+
+
+def test_scan_length_errors_name_the_scanned_arguments() -> None:
+    scan = functools.partial(nn.scan, variable_broadcast="params", split_rngs={"params": False})
+    carry, xs, biases = jnp.zeros((1, 3)), jnp.ones((5, 1, 2)), jnp.ones((4, 1, 3))
+    differ = (
+        r"lift\.scan: the scanned inputs differ in length: argument `x` \(positional 1\) "
+        r"has 5, argument `bias` \(positional 2\) has 4 along the scanned axis"
+    )
+    with pytest.raises(errors.LiftError, match=differ):  # a transformed class
+        scan(TwoInputCell)().init(jax.random.key(0), carry, xs, biases)
+
+    def step(cell: TwoInputCell, carry: jax.Array, x: jax.Array, bias: jax.Array) -> Any:
+        return cell(carry, x, bias)
+
+    class Loop(nn.Module):
+        @nn.compact
+        def __call__(self, carry: jax.Array, xs: jax.Array, biases: jax.Array) -> Any:
+            return scan(step)(TwoInputCell(), carry, xs, biases)
+
+    with pytest.raises(errors.LiftError, match=differ):  # a transformed function
+        Loop().init(jax.random.key(0), carry, xs, biases)
+    with pytest.raises(ValueError, match=r"length=4 but argument `x` \(positional 1\) has 5"):
+        scan(TwoInputCell, length=4)().init(jax.random.key(0), carry, xs, biases)
+
+
 def test_direct_value_and_grad_and_vjp() -> None:
     class Net(nn.Module):
         @nn.compact
