@@ -166,6 +166,35 @@ def test_one_call_applies_gradients_and_takes_new_batch_statistics() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_the_documented_step_with_value_and_grad_and_apply() -> None:
+    """The step docs/training.md shows: ``pm.value_and_grad`` of a loss that returns the
+    model ``pm.apply(..., mutable="batch_stats")`` left, then one ``apply_gradients``."""
+    x = jax.random.normal(jax.random.key(1), (8, 3))
+    ts = pm.TrainState.create(BNNet(key=jax.random.key(0)), optax.sgd(0.1))
+
+    def loss(model: Any) -> Any:
+        out, new_model = pm.apply(model, x, mutable="batch_stats")
+        return jnp.mean((out - 1.0) ** 2), new_model
+
+    @pm.jit
+    def step(ts: Any) -> Any:
+        (_, new_model), grads = pm.value_and_grad(loss, has_aux=True)(ts.model)
+        return ts.apply_gradients(grads, model=new_model)
+
+    new = step(ts)
+    (_, forward), grads = pm.value_and_grad(loss, has_aux=True)(ts.model)
+    kernel = ts.model.lin.kernel.value - 0.1 * grads.lin.kernel.value
+    np.testing.assert_allclose(new.model.lin.kernel.value, kernel, rtol=1e-5, atol=1e-6)
+    for name in ("mean", "var"):
+        got, want = getattr(new.model.bn, name).value, getattr(forward.bn, name).value
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(got, getattr(ts.model.bn, name).value)  # they moved
+    assert int(new.step) == 1
+    kept = ts.apply_gradients(grads)  # without model=: the state's own statistics
+    np.testing.assert_array_equal(kept.model.bn.mean.value, ts.model.bn.mean.value)
+    np.testing.assert_allclose(kept.model.lin.kernel.value, kernel, rtol=1e-5, atol=1e-6)
+
+
 def test_a_model_of_another_structure_is_a_state_mismatch() -> None:
     ts = pm.TrainState.create(BNNet(key=jax.random.key(0)), optax.sgd(0.1))
     other = pm.TrainState.create(Net(key=jax.random.key(0)), optax.sgd(0.1))
