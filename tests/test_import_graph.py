@@ -15,6 +15,7 @@ module is a cycle too. A package ``__getattr__`` that loads submodules on first 
 
 import ast
 import itertools
+import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -148,3 +149,16 @@ def test_no_import_circle(package: str) -> None:
     assert not circles, "import circles (every import counts):\n" + "\n".join(
         " <-> ".join(c) for c in circles
     )
+
+
+def test_every_package_has_an_acyclic_contract() -> None:
+    # lint-imports checks the same from the built graph: every package of both is named
+    # in an `acyclic_siblings` contract of pyproject (a new package is a visible change).
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    named = {a for c in contracts if c["type"] == "acyclic_siblings" for a in c["ancestors"]}
+    packages = {_module_name(p) for pkg in PACKAGES for p in (ROOT / pkg).rglob("__init__.py")}
+    adapters = {p for p in packages if p.startswith("adapters")}
+    assert "adapters.linen._module" in adapters and "adapters.nnx" in adapters
+    assert adapters <= named, sorted(adapters - named)
+    assert "pytreemod" in named  # its contract covers the subpackages recursively
