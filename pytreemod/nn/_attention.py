@@ -16,7 +16,7 @@ from .._trace_cache import trace_once
 from .._variables import Cache, Param
 from . import _ops_attention as A
 from . import _ops_linear as L
-from ._init import Initializer, default_bias_init, default_kernel_init
+from ._init import Initializer, default_bias_init, default_kernel_init, kernel_bias_keys
 from ._normalization import LayerNorm
 from ._ops_common import var_value
 from ._validate import callable_arg, layer_args, one_of, positive_int, positive_ints, probability
@@ -66,7 +66,7 @@ class ProjectHeads(Module, typecheck=True):
             param_dtype=param_dtype,
             fns={"kernel_init": kernel_init, "bias_init": bias_init},
         )
-        kkey, bkey = jax.random.split(key)
+        kkey, bkey = kernel_bias_keys(key, bias_init, use_bias)
         shape = (in_features, heads, head_dim)
         self.kernel = Param(_init_flat(kernel_init, kkey, shape, 1, param_dtype))
         self.bias = (
@@ -133,7 +133,7 @@ class MergeHeads(Module, typecheck=True):
             param_dtype=param_dtype,
             fns={"kernel_init": kernel_init, "bias_init": bias_init},
         )
-        kkey, bkey = jax.random.split(key)
+        kkey, bkey = kernel_bias_keys(key, bias_init, use_bias)
         shape = (heads, head_dim, out_features)
         self.kernel = Param(_init_flat(kernel_init, kkey, shape, 2, param_dtype))
         self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None

@@ -13,7 +13,7 @@ from .._shapecheck import AnyArray, checked
 from .._trace_cache import trace_once
 from .._variables import Param
 from . import _ops_conv as F
-from ._init import Initializer, default_bias_init, default_kernel_init
+from ._init import Initializer, default_bias_init, default_kernel_init, kernel_bias_keys
 from ._ops_common import as_tuple, var_value
 from ._ops_conv import PaddingLike
 from ._validate import layer_args, nonempty_output, positive_ints
@@ -171,7 +171,7 @@ class Conv(Module, typecheck=True):
         self.strides = as_tuple(strides, n, "strides", "Conv")
         self.input_dilation = as_tuple(input_dilation, n, "input_dilation", "Conv")
         self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation", "Conv")
-        kkey, bkey = jax.random.split(key)
+        kkey, bkey = kernel_bias_keys(key, bias_init, use_bias)
         shape = (*size, in_features // feature_group_count, out_features)
         self.kernel = Param(kernel_init(kkey, shape, param_dtype))
         self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None
@@ -329,7 +329,7 @@ class ConvTranspose(Module, typecheck=True):
         F.canonicalize_padding(padding, n)
         self.strides = as_tuple(strides, n, "strides", "ConvTranspose")
         self.kernel_dilation = as_tuple(kernel_dilation, n, "kernel_dilation", "ConvTranspose")
-        kkey, bkey = jax.random.split(key)
+        kkey, bkey = kernel_bias_keys(key, bias_init, use_bias)
         io = (out_features, in_features) if transpose_kernel else (in_features, out_features)
         self.kernel = Param(kernel_init(kkey, (*size, *io), param_dtype))
         self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None

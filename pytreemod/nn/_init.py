@@ -14,6 +14,7 @@ Every initializer is a function ``init(key, shape, dtype) -> array``. Wrap one w
 
 from typing import Any, Protocol
 
+import jax
 from jax.nn import initializers as _jinit
 from jax.nn.initializers import constant as constant
 from jax.nn.initializers import delta_orthogonal as delta_orthogonal
@@ -51,3 +52,13 @@ default_bias_init: Initializer = _jinit.zeros
 default_embed_init: Initializer = _jinit.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
 """``variance_scaling(1.0, "fan_in", "normal", out_axis=0)``: Flax's ``Embed`` default
 (standard deviation 1 / sqrt(features))."""
+
+
+def kernel_bias_keys(key: Any, bias_init: Initializer, use_bias: bool) -> tuple[Any, Any]:
+    """The keys of a layer's kernel and bias: the kernel draws from ``key`` itself, a bias
+    initializer that may use randomness from ``fold_in(key, 1)``. The default ``zeros``
+    bias takes none, so a default layer's init hashes no key beyond the one it is given,
+    as a hand-written init does (and its jitted init compiles the same program)."""
+    if use_bias and bias_init is not default_bias_init:
+        return key, jax.random.fold_in(key, 1)
+    return key, key  # unused by zeros

@@ -56,7 +56,11 @@ def _init_params(
                 f"{owner} got a custom scale_init/bias_init but no key: pass key=... (the "
                 "default ones/zeros initializers need none)."
             )
-        key = jax.random.key(0)  # unused by ones/zeros
+        # ones/zeros take no randomness: no key is made or split, so a norm's init
+        # program holds its constants only, as a hand-written init would.
+        scale = Param(jnp.ones(shape, param_dtype)) if use_scale else None
+        bias = Param(jnp.zeros(shape, param_dtype)) if use_bias else None
+        return scale, bias
     skey, bkey = jax.random.split(key)
     scale = Param(scale_init(skey, shape, param_dtype)) if use_scale else None
     bias = Param(bias_init(bkey, shape, param_dtype)) if use_bias else None

@@ -112,8 +112,7 @@ def test_default_initializers_match_flax(getkey: Key) -> None:
     nn = linen()
     key = getkey()
     layer = pm.nn.MultiHeadAttention(4, 16, key=key)
-    kq = jax.random.split(key, 4)[0]
-    kernel_key, _ = jax.random.split(kq)
+    kernel_key = jax.random.split(key, 4)[0]  # a projection's kernel draws from its own key
     flax_init = nn.MultiHeadDotProductAttention.__dataclass_fields__["kernel_init"].default
     expected = flax_init(kernel_key, (16, 16), jnp.float32).reshape(16, 4, 4)
     close(layer.query.kernel.value, expected, tol=0)

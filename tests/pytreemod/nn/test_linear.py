@@ -52,7 +52,7 @@ def test_linear_matches_flax_dense(getkey: Key, use_bias: bool) -> None:
 def test_linear_default_initializers_are_flax_defaults(getkey: Key) -> None:
     nn = linen()
     key = getkey()
-    kkey, _ = jax.random.split(key)
+    kkey = key  # the kernel draws from the layer's key (a zeros bias needs none)
     layer = pm.nn.Linear(3, 4, key=key)
     flax_kernel_init = nn.Dense.__dataclass_fields__["kernel_init"].default
     flax_bias_init = nn.Dense.__dataclass_fields__["bias_init"].default
