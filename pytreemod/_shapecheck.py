@@ -32,7 +32,6 @@ from typing import Any, TypeAlias, TypeVar
 import jax
 import jax.tree_util as jtu
 import numpy as np
-from jaxtyping import AbstractArray, TypeCheckError, jaxtyped
 
 from ._errors import ShapeError
 from ._repr import array_summary
@@ -62,26 +61,29 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     # The checker (beartype's generated code, the signature, the numeric slots) is built
     # on the first call, not here: decorating costs nothing at import time, and a layer
     # or op never called never pays for it.
-    built: list[Any] = []  # [signature, jaxtyping+beartype checker, number slots]
+    # [signature, jaxtyping+beartype checker, number slots, jaxtyping's TypeCheckError]
+    built: list[Any] = []
 
     def build(instance: Any) -> list[Any]:
+        from jaxtyping import TypeCheckError, jaxtyped  # with the first checker built
+
         checked_fn = fn
         if deferred:
             cls = owner[0] if owner[0] is not None else type(instance)
             checked_fn = _with_self_as(fn, cls)
         inner = jaxtyped(typechecker=_typechecker())(checked_fn)
-        built[:] = [inspect.signature(fn), inner, number_slots(fn)]
+        built[:] = [inspect.signature(fn), inner, number_slots(fn), TypeCheckError]
         return built
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        signature, inner, slots = built or build(args[0] if args else None)
+        signature, inner, slots, check_error = built or build(args[0] if args else None)
         if slots is not None:
             args, kwargs = as_python_numbers(slots, args, kwargs)
         try:
             return inner(*args, **kwargs)
-        except TypeCheckError as error:
+        except check_error as error:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             reason = _explain(signature, bound.arguments, fn)
@@ -420,6 +422,8 @@ class _Dims:
 
 
 def _array_annotation(annotation: Any) -> Any:
+    from jaxtyping import AbstractArray  # only on the error path
+
     if isinstance(annotation, type) and issubclass(annotation, AbstractArray):
         return annotation
     for arg in typing.get_args(annotation):

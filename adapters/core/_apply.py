@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import jax.extend as jex
 import jax.numpy as jnp
 import numpy as np
 
@@ -183,8 +182,11 @@ def lazy_init(
 
 def _dependent_outputs(jaxpr: Any) -> list[bool]:
     """Which outputs of ``jaxpr`` depend on any of its inputs (conservatively)."""
+    # jax.extend imports all of its submodules (Pallas among them): loaded when needed.
+    from jax.extend import core as jex_core
+
     dependent: set[Any] = set(jaxpr.invars)
     for eqn in jaxpr.eqns:
-        if any(isinstance(v, jex.core.Var) and v in dependent for v in eqn.invars):
+        if any(isinstance(v, jex_core.Var) and v in dependent for v in eqn.invars):
             dependent.update(eqn.outvars)
-    return [isinstance(v, jex.core.Var) and v in dependent for v in jaxpr.outvars]
+    return [isinstance(v, jex_core.Var) and v in dependent for v in jaxpr.outvars]

@@ -2,12 +2,13 @@
 
 from typing import Any
 
-from jax.extend import core as _jex_core
-
 
 def current_trace() -> Any:
     """An opaque token for the current JAX trace (equal tokens: the same trace)."""
-    return _jex_core.get_opaque_trace_state(convention="flax")
+    # jax.extend imports all of its submodules (Pallas among them): loaded when needed.
+    from jax.extend import core as jex_core
+
+    return jex_core.get_opaque_trace_state(convention="flax")
 
 
 def check_trace_level(base_level: Any) -> None:
