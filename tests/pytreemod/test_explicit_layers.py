@@ -364,3 +364,19 @@ def test_a_layout_the_rules_cannot_resolve_is_a_sharding_error() -> None:
             r"out_sharding=",
         ):
             jax.jit(lambda m, x: m(x))(sharded, x)
+
+
+def test_operands_on_two_meshes_are_a_sharding_error() -> None:
+    layer = pm.nn.Linear(16, 8, kernel_init=kinit(None, "out"), key=KEY)
+    other = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    with pm.logical_axis_rules(RULES):
+        placed = pm.shard(layer, other)
+    x = jax.device_put(_x(8, 16), NamedSharding(_mesh(), P("data")))
+    with pytest.raises(
+        pm.ShardingError,
+        match=r"Linear: pytreemod\.nn\.functional\.linear on an Explicit mesh \(x: 8x16 "
+        r"sharded P\('data', None\), kernel: 16x8 sharded P\(None, 'model'\)\): kernel is "
+        r"on mesh \{'data': 4, 'model': 2\} but another operand is on mesh \{'data': 2, "
+        r"'model': 4\}\. Fix: place every parameter and input on one mesh",
+    ):
+        placed(x)
