@@ -197,12 +197,17 @@ class ShardingError(PytreemodError, ValueError):
     update the metadata), a logical name used for two axes of one array, a mesh axis the
     mesh does not have or one used for two axes, an array axis the mesh axes cannot split
     evenly, no mesh to build a ``NamedSharding`` on, or (with
-    ``RulesFallback.RAISE_ERROR``) a logical name no rule maps.
+    ``RulesFallback.RAISE_ERROR``) a logical name no rule maps. On an Explicit mesh: a
+    layer's contraction, convolution or gather whose operands' shardings the rules cannot
+    resolve (JAX finds the output's sharding ambiguous), an ``out_sharding=`` JAX rejects,
+    or operands placed on two different meshes.
 
     Fix: the message names the path in the tree and the names involved: give one name per
     axis, use ``pm.vmap``/``pm.scan`` with ``metadata_params`` to add or remove axes, add
     logical axis rules for the names, pass ``mesh=`` (or use ``jax.set_mesh``), or pick
-    sizes divisible by the mesh axis sizes.
+    sizes divisible by the mesh axis sizes. For a layer's operation the message names the
+    layer's path, the operation and both operands' shardings: add a rule that shards them
+    compatibly, or pass ``out_sharding=`` to the layer call or the functional op.
     """
 
 

@@ -34,7 +34,7 @@ layer path, the operation, both operands' shardings and the fix.
 import contextlib
 import sys
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -136,6 +136,39 @@ def _axes(ents: Sequence[tuple[str, ...]], dims: Sequence[int]) -> set[str]:
     return {a for d in dims for a in ents[d]}
 
 
+def _contract(
+    xs: Entries,
+    ks: Entries,
+    x_contract: Sequence[int],
+    k_contract: Sequence[int],
+    x_batch: Sequence[int],
+    k_batch: Sequence[int],
+) -> tuple[Entries, Entries, Entries]:
+    """The contraction rules on entries: the operands' target entries and the output's
+    (batch dimensions, then ``x``'s free dimensions, then ``kernel``'s)."""
+    x_free = [d for d in range(len(xs)) if d not in x_contract and d not in x_batch]
+    k_free = [d for d in range(len(ks)) if d not in k_contract and d not in k_batch]
+    # FSDP: mesh axes the input uses for its own dimensions are gathered out of the kernel.
+    used = _axes(xs, [*x_free, *x_batch])
+    xs, ks = list(xs), [tuple(a for a in e if a not in used) for e in ks]
+    for xb, kb in zip(x_batch, k_batch):
+        ks[kb] = xs[xb]
+    for xc, kc in zip(x_contract, k_contract):
+        ex, ek = xs[xc], ks[kc]
+        if ex == ek:
+            continue  # both sharded alike (row parallel: reduced) or both replicated
+        k_other = _axes(ks, [d for d in range(len(ks)) if d != kc])
+        x_other = _axes(xs, [d for d in range(len(xs)) if d != xc])
+        if not ek and not set(ex) & k_other:
+            ks[kc] = ex  # slice the replicated kernel to the input's sharding
+        elif ek and not set(ek) & x_other:
+            xs[xc] = ek  # slice (or move) the input to the kernel's sharding
+        else:
+            xs[xc], ks[kc] = (), ()  # gather both on this dimension
+    out = [xs[d] for d in x_batch] + [xs[d] for d in x_free] + [ks[d] for d in k_free]
+    return xs, ks, out
+
+
 def contraction(
     x: Any,
     kernel: Any,
@@ -156,29 +189,76 @@ def contraction(
     if mesh is None:
         return x, kernel, None
     _check_mesh(mesh, op, {"x": x, "kernel": kernel})
-    xs, ks = entries(x), entries(kernel)
-    x_free = [d for d in range(x.ndim) if d not in x_contract and d not in x_batch]
-    k_free = [d for d in range(kernel.ndim) if d not in k_contract and d not in k_batch]
-    # FSDP: mesh axes the input uses for its own dimensions are gathered out of the kernel.
-    used = _axes(xs, [*x_free, *x_batch])
-    ks = [tuple(a for a in e if a not in used) for e in ks]
-    for xb, kb in zip(x_batch, k_batch):
-        ks[kb] = xs[xb]
-    for xc, kc in zip(x_contract, k_contract):
-        ex, ek = xs[xc], ks[kc]
-        if ex == ek:
-            continue  # both sharded alike (row parallel: reduced) or both replicated
-        k_other = _axes(ks, [d for d in range(kernel.ndim) if d != kc])
-        x_other = _axes(xs, [d for d in range(x.ndim) if d != xc])
-        if not ek and not set(ex) & k_other:
-            ks[kc] = ex  # slice the replicated kernel to the input's sharding
-        elif ek and not set(ek) & x_other:
-            xs[xc] = ek  # slice (or move) the input to the kernel's sharding
-        else:
-            xs[xc], ks[kc] = (), ()  # gather both on this dimension
-    out = [xs[d] for d in x_batch] + [xs[d] for d in x_free] + [ks[d] for d in k_free]
+    xs, ks, out = _contract(entries(x), entries(kernel), x_contract, k_contract, x_batch, k_batch)
     x, kernel = reshard(x, mesh, xs), reshard(kernel, mesh, ks)
     return x, kernel, NamedSharding(mesh, spec_of(out))
+
+
+def _size(mesh: Any, axes: Sequence[str]) -> int:
+    n = 1
+    for a in axes:
+        n *= mesh.shape[a]
+    return n
+
+
+def convolution(
+    x: Any,
+    kernel: Any,
+    out_shape: Callable[[], Sequence[int]],
+    feature_group_count: int,
+    *,
+    op: str,
+) -> tuple[Any, Any, NamedSharding | None]:
+    """Operands (resharded where needed) and the output sharding of a channels-last
+    ``conv_general_dilated`` of ``x`` ``(batch, *spatial, in)`` with ``kernel``
+    ``(*window, in // groups, out)``; ``out_shape()`` gives the output's shape.
+
+    The batch dimension keeps its sharding; a spatial dimension keeps its sharding when
+    the output's size along it divides evenly (XLA exchanges the halos), else it is
+    gathered; the window is replicated; the features follow the contraction rules
+    (column parallel, row parallel, FSDP). A grouped (depthwise) convolution shards the
+    input channels, the output features and the output alike: each device convolves the
+    groups it holds. ``None`` (and the operands untouched) off Explicit meshes.
+    """
+    mesh = explicit_mesh(x, kernel)
+    if mesh is None:
+        return x, kernel, None
+    _check_mesh(mesh, op, {"x": x, "kernel": kernel})
+    n_sp = kernel.ndim - 2
+    xs, ks = entries(x), entries(kernel)
+    if any(xs[1 : n_sp + 1]):
+        shape = out_shape()
+        for d in range(1, n_sp + 1):
+            if xs[d] and shape[d] % _size(mesh, xs[d]):
+                xs[d] = ()
+    ks = [() if d < n_sp else e for d, e in enumerate(ks)]
+    c, i, o = x.ndim - 1, kernel.ndim - 2, kernel.ndim - 1
+    if feature_group_count == 1:
+        xs, ks, dot_out = _contract(xs, ks, (c,), (i,), (), ())
+        out = [*dot_out[: x.ndim - 1], dot_out[-1]]
+    else:
+        used = _axes(xs, range(c))
+        ks = [tuple(a for a in e if a not in used) for e in ks]
+        target = ks[o] or xs[c]
+        xs[c], ks[i], ks[o] = target, (), target
+        out = [*xs[:c], target]
+    x, kernel = reshard(x, mesh, xs), reshard(kernel, mesh, ks)
+    return x, kernel, NamedSharding(mesh, spec_of(out))
+
+
+def split_last(x: Any, parts: int) -> tuple[Any, NamedSharding | None]:
+    """``x`` (resharded where needed) and the sharding of ``x.reshape(..., parts, -1)``:
+    the last dimension's sharding moves to ``parts`` when its mesh size divides
+    ``parts``; otherwise the last dimension is gathered first (GroupNorm's groups)."""
+    mesh = explicit_mesh(x)
+    if mesh is None:
+        return x, None
+    xs = entries(x)
+    last = xs[-1]
+    if last and parts % _size(mesh, last):
+        xs[-1] = last = ()
+        x = reshard(x, mesh, xs)
+    return x, NamedSharding(mesh, spec_of([*xs[:-1], last, ()]))
 
 
 def gather_rows(table: Any, ids: Any, *, op: str) -> tuple[Any, NamedSharding | None]:
@@ -212,6 +292,50 @@ def match_trailing(operand: Any, like: Any) -> Any:
     # A broadcast (size-1) dimension is replicated; the others follow ``like``.
     target = [e if operand.shape[d] == sizes[d] else () for d, e in enumerate(trailing)]
     return reshard(operand, mesh, target)
+
+
+def gather_dims(x: Any, dims: Sequence[int]) -> Any:
+    """``x`` with ``dims`` replicated (the others keep their sharding)."""
+    mesh = explicit_mesh(x)
+    if mesh is None:
+        return x
+    return reshard(x, mesh, [() if d in dims else e for d, e in enumerate(entries(x))])
+
+
+def cache_update(cache: Any, update: Any, dim: int) -> tuple[Any, Any]:
+    """A decoding cache and the slice written into it (``dynamic_update_slice``), both
+    resharded to the update's sharding with dimension ``dim`` (time) replicated: the
+    cache, built replicated, follows the sharding of the keys and values projected into
+    it (batch over ``data``, heads over ``model``)."""
+    mesh = explicit_mesh(cache, update)
+    if mesh is None:
+        return cache, update
+    target = entries(update)
+    target[dim] = ()
+    return reshard(cache, mesh, target), reshard(update, mesh, target)
+
+
+def steady_carry(step: Callable[..., Any], carry: Any, *args: Any) -> Any:
+    """``carry`` resharded to the sharding ``step(carry, *args)`` gives the carry it
+    returns (the first element of its result): a scan's carry must keep one type, and a
+    carry built replicated (zeros) comes back sharded like the projections that make it.
+    Off Explicit meshes ``carry`` itself."""
+    mesh = explicit_mesh(*jax.tree.leaves((carry, args)))
+    if mesh is None:
+        return carry
+    for _ in range(3):  # a fixed point: the carry's sharding can feed back into the step's
+        out = jax.eval_shape(step, carry, *args)[0]
+        new = jax.tree.map(lambda c, o: reshard(c, mesh, _struct_entries(o)), carry, out)
+        if all(a is b for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(carry))):
+            break
+        carry = new
+    return carry
+
+
+def _struct_entries(x: Any) -> Entries:
+    sharding = getattr(x, "sharding", None)
+    spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
+    return [_entry(e) for e in spec] + [()] * (len(x.shape) - len(spec))
 
 
 def like(x: Any, ref: Any) -> Any:
@@ -306,17 +430,54 @@ def sharding_errors(op: str, **operands: Any) -> Iterator[None]:
         ) from None
 
 
+def _override_mesh(override: Any, operands: Sequence[Any]) -> Any:
+    """The mesh an ``out_sharding=`` override refers to: its own (a ``NamedSharding``),
+    else the operands', else the context's (``jax.set_mesh``); ``None`` when there is none."""
+    if isinstance(override, NamedSharding):
+        return override.mesh
+    mesh = explicit_mesh(*operands)
+    if mesh is not None:
+        return mesh
+    for x in operands:
+        sharding = _type_sharding(x)
+        if sharding is not None and not sharding.mesh.empty:
+            return sharding.mesh
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty else mesh
+
+
+def _is_explicit(mesh: Any) -> bool:
+    return mesh is not None and AxisType.Explicit in mesh.axis_types
+
+
 def out_kwargs(override: Any, derived: Any, *operands: Any) -> dict[str, Any]:
     """``{"out_sharding": ...}`` for a JAX call: the user's ``override`` (made a
-    ``NamedSharding`` on the operands' mesh) if given, else the ``derived`` one; ``{}`` when
-    neither (the call traces as it always did)."""
+    ``NamedSharding`` on the operands' mesh) if given and the mesh is Explicit, else the
+    ``derived`` one; ``{}`` when neither (the call traces as it always did; an override
+    on an Auto mesh is applied by ``constrain`` after the call)."""
     if override is not None:
-        mesh = explicit_mesh(*operands)
-        if mesh is None:
-            for x in operands:
-                sharding = _type_sharding(x)
-                if sharding is not None and not sharding.mesh.empty:
-                    mesh = sharding.mesh
-                    break
-        return {"out_sharding": named(mesh, override)}
+        mesh = _override_mesh(override, operands)
+        if _is_explicit(mesh):
+            return {"out_sharding": named(mesh, override)}
     return {} if derived is None else {"out_sharding": derived}
+
+
+def constrain(y: Any, override: Any, *operands: Any) -> Any:
+    """``y`` with the user's ``out_sharding=`` ``override`` applied after the op: a
+    ``reshard`` on an Explicit mesh (a no-op when the op already produced it), a
+    sharding constraint on an Auto mesh, nothing without a mesh or an override."""
+    if override is None:
+        return y
+    mesh = _override_mesh(override, (y, *operands))
+    if mesh is None:
+        return y
+    sharding = named(mesh, override)
+    if _is_explicit(mesh):
+        return _reshard_to(y, sharding)
+    return jax.lax.with_sharding_constraint(y, sharding)
+
+
+def _reshard_to(y: Any, sharding: NamedSharding) -> Any:
+    ents = [_entry(e) for e in sharding.spec]
+    ents += [()] * (y.ndim - len(ents))
+    return reshard(y, sharding.mesh, ents)

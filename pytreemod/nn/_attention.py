@@ -80,15 +80,17 @@ class ProjectHeads(Module, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Float[AnyArray, "*batch in_features"]
+        self, x: Float[AnyArray, "*batch in_features"], *, out_sharding: Any = None
     ) -> Float[jax.Array, "*batch heads head_dim"]:
-        """Project ``x`` of shape ``(*batch, in_features)``."""
+        """Project ``x`` of shape ``(*batch, in_features)``; ``out_sharding``: the
+        output's sharding (default: derived on an Explicit mesh)."""
         return L.project_heads(
             x,
             var_value(self.kernel),
             var_value(self.bias),
             dtype=self.dtype,
             precision=self.precision,
+            out_sharding=out_sharding,
         )
 
 
@@ -143,15 +145,17 @@ class MergeHeads(Module, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Float[AnyArray, "*batch heads head_dim"]
+        self, x: Float[AnyArray, "*batch heads head_dim"], *, out_sharding: Any = None
     ) -> Float[jax.Array, "*batch out_features"]:
-        """Project ``x`` of shape ``(*batch, heads, head_dim)``."""
+        """Project ``x`` of shape ``(*batch, heads, head_dim)``; ``out_sharding``: the
+        output's sharding (default: derived on an Explicit mesh)."""
         return L.merge_heads(
             x,
             var_value(self.kernel),
             var_value(self.bias),
             dtype=self.dtype,
             precision=self.precision,
+            out_sharding=out_sharding,
         )
 
 
@@ -380,12 +384,14 @@ class MultiHeadAttention(Module, typecheck=True):
         mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
         key: jax.Array | None = None,
         deterministic: bool = False,
+        out_sharding: Any = None,
     ) -> Float[jax.Array, "*batch q_len out_features"]:
         """Attend from ``inputs_q`` to ``inputs_k`` (default: ``inputs_q``, self-attention)
         with values from ``inputs_v`` (default: ``inputs_k``).
 
         ``key`` drives the attention dropout when ``dropout_rate > 0`` and not
-        ``deterministic``.
+        ``deterministic``. ``out_sharding``: the sharding of the output projection's result
+        (default: derived on an Explicit mesh, see docs/sharding.md).
         """
         if inputs_k is None:
             if inputs_v is not None:
@@ -398,7 +404,7 @@ class MultiHeadAttention(Module, typecheck=True):
             inputs_v = inputs_k
         q, k, v = self._qkv(inputs_q, inputs_k, inputs_v)
         x = self._attend(q, k, v, mask, key, deterministic)
-        return self.out(x)
+        return self.out(x, out_sharding=out_sharding)
 
     def _attend(
         self, q: Any, k: Any, v: Any, mask: Any, key: jax.Array | None, deterministic: bool
@@ -450,13 +456,15 @@ class MultiHeadAttention(Module, typecheck=True):
         inputs: Float[AnyArray, "*batch steps in_features"],
         *,
         mask: Shaped[AnyArray, "*#batch #heads #steps #max_len"] | None = None,
+        out_sharding: Any = None,
     ) -> Float[jax.Array, "*batch steps out_features"]:
         """Causal self-attention for the next ``steps`` positions (usually 1) over the
         cache; writes the new keys/values and index (run inside
         ``pm.apply(..., mutable="cache")``).
 
         ``mask``, if given, is combined with the causal cache mask (shape ``(*batch,
-        heads, steps, max_len)``, e.g. to hide padding).
+        heads, steps, max_len)``, e.g. to hide padding). ``out_sharding``: the output's
+        sharding (default: derived on an Explicit mesh).
         """
         if self.cached_key is None or self.cached_value is None or self.cache_index is None:
             raise LayerConfigError(
@@ -481,4 +489,4 @@ class MultiHeadAttention(Module, typecheck=True):
             precision=self.precision,
             implementation=self.implementation,
         )
-        return self.out(x)
+        return self.out(x, out_sharding=out_sharding)

@@ -186,9 +186,10 @@ class Conv(Module, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Float[AnyArray, "*batch_and_spatial in_features"]
+        self, x: Float[AnyArray, "*batch_and_spatial in_features"], *, out_sharding: Any = None
     ) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
-        """Convolve ``x`` of shape ``(*batch, *spatial, in_features)``."""
+        """Convolve ``x`` of shape ``(*batch, *spatial, in_features)``; ``out_sharding``:
+        the output's sharding (default: derived on an Explicit mesh, see docs/sharding.md)."""
         y = F.conv(
             x,
             var_value(self.kernel),
@@ -200,6 +201,7 @@ class Conv(Module, typecheck=True):
             feature_group_count=self.feature_group_count,
             dtype=self.dtype,
             precision=self.precision,
+            out_sharding=out_sharding,
         )
         return nonempty_output("conv", x, y, "kernel")
 
@@ -344,9 +346,10 @@ class ConvTranspose(Module, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Float[AnyArray, "*batch_and_spatial in_features"]
+        self, x: Float[AnyArray, "*batch_and_spatial in_features"], *, out_sharding: Any = None
     ) -> Float[jax.Array, "*batch_and_spatial_out out_features"]:
-        """Transposed-convolve ``x`` of shape ``(*batch, *spatial, in_features)``."""
+        """Transposed-convolve ``x`` of shape ``(*batch, *spatial, in_features)``;
+        ``out_sharding``: the output's sharding (default: derived on an Explicit mesh)."""
         return F.conv_transpose(
             x,
             var_value(self.kernel),
@@ -357,6 +360,7 @@ class ConvTranspose(Module, typecheck=True):
             transpose_kernel=self.transpose_kernel,
             dtype=self.dtype,
             precision=self.precision,
+            out_sharding=out_sharding,
         )
 
 

@@ -80,8 +80,11 @@ class Embedding(Module, typecheck=True):
 
     @trace_once
     @checked
-    def __call__(self, ids: Integer[AnyArray, "*batch"]) -> Float[jax.Array, "*batch features"]:
-        """Look up the vectors of integer ``ids``: output ``(*ids.shape, features)``."""
+    def __call__(
+        self, ids: Integer[AnyArray, "*batch"], *, out_sharding: Any = None
+    ) -> Float[jax.Array, "*batch features"]:
+        """Look up the vectors of integer ``ids``: output ``(*ids.shape, features)``;
+        ``out_sharding``: its sharding (default: derived on an Explicit mesh)."""
         n = self.num_embeddings
         if ids.size:
             try:
@@ -97,12 +100,15 @@ class Embedding(Module, typecheck=True):
                         f"[{lo}, {hi}]; check the tokenizer's vocabulary size against "
                         "num_embeddings."
                     )
-        return F.embed(ids, var_value(self.embedding), dtype=self.dtype)
+        return F.embed(ids, var_value(self.embedding), dtype=self.dtype, out_sharding=out_sharding)
 
     @trace_once
     @checked
     def attend(
-        self, query: Float[AnyArray, "*batch features"]
+        self, query: Float[AnyArray, "*batch features"], *, out_sharding: Any = None
     ) -> Float[jax.Array, "*batch num_embeddings"]:
-        """Dot products of ``query`` with every embedding: ``(*batch, num_embeddings)``."""
-        return F.attend(query, var_value(self.embedding), dtype=self.dtype)
+        """Dot products of ``query`` with every embedding: ``(*batch, num_embeddings)``;
+        ``out_sharding``: their sharding (default: derived on an Explicit mesh)."""
+        return F.attend(
+            query, var_value(self.embedding), dtype=self.dtype, out_sharding=out_sharding
+        )

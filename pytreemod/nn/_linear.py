@@ -84,15 +84,17 @@ class Linear(Module, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Float[AnyArray, "*batch in_features"]
+        self, x: Float[AnyArray, "*batch in_features"], *, out_sharding: Any = None
     ) -> Float[jax.Array, "*batch out_features"]:
-        """Apply the map to ``x`` of shape ``(*batch, in_features)``."""
+        """Apply the map to ``x`` of shape ``(*batch, in_features)``; ``out_sharding``:
+        the output's sharding (default: derived on an Explicit mesh, see docs/sharding.md)."""
         return F.linear(
             x,
             var_value(self.kernel),
             var_value(self.bias),
             dtype=self.dtype,
             precision=self.precision,
+            out_sharding=out_sharding,
         )
 
 
@@ -187,12 +189,13 @@ class MLP(Module, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Float[AnyArray, "*batch in_features"]
+        self, x: Float[AnyArray, "*batch in_features"], *, out_sharding: Any = None
     ) -> Float[jax.Array, "*batch out_features"]:
-        """Apply the layers to ``x`` of shape ``(*batch, in_features)``."""
+        """Apply the layers to ``x`` of shape ``(*batch, in_features)``; ``out_sharding``:
+        the sharding of the last layer's output (default: derived on an Explicit mesh)."""
         for layer in self.layers[:-1]:
             x = self.activation(layer(x))
-        x = self.layers[-1](x)
+        x = self.layers[-1](x, out_sharding=out_sharding)
         if self.final_activation is not None:
             x = self.final_activation(x)
         return jnp.asarray(x)

@@ -10,6 +10,7 @@ from jaxtyping import Bool, Float
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked, fail, summary
+from .._sharding_rules import constrain
 from .._trace_cache import trace_once
 from .._variables import BatchStat, Param
 from . import _ops_norm as F
@@ -147,9 +148,11 @@ class LayerNorm(Module, typecheck=True):
         x: Float[AnyArray, "*batch features"],
         *,
         mask: Bool[AnyArray, "..."] | None = None,
+        out_sharding: Any = None,
     ) -> Float[jax.Array, "*batch features"]:
-        """Normalise ``x``; ``mask`` (broadcastable to ``x``) limits the statistics."""
-        return F.layer_norm(
+        """Normalise ``x``; ``mask`` (broadcastable to ``x``) limits the statistics;
+        ``out_sharding`` reshards the result (default: ``x``'s sharding)."""
+        y = F.layer_norm(
             x,
             var_value(self.scale),
             var_value(self.bias),
@@ -161,6 +164,7 @@ class LayerNorm(Module, typecheck=True):
             mask=mask,
             dtype=self.dtype,
         )
+        return constrain(y, out_sharding, x)
 
 
 class RMSNorm(Module, typecheck=True):
@@ -225,9 +229,11 @@ class RMSNorm(Module, typecheck=True):
         x: Float[AnyArray, "*batch features"],
         *,
         mask: Bool[AnyArray, "..."] | None = None,
+        out_sharding: Any = None,
     ) -> Float[jax.Array, "*batch features"]:
-        """Normalise ``x``; ``mask`` (broadcastable to ``x``) limits the statistics."""
-        return F.rms_norm(
+        """Normalise ``x``; ``mask`` (broadcastable to ``x``) limits the statistics;
+        ``out_sharding`` reshards the result (default: ``x``'s sharding)."""
+        y = F.rms_norm(
             x,
             var_value(self.scale),
             epsilon=self.epsilon,
@@ -237,6 +243,7 @@ class RMSNorm(Module, typecheck=True):
             mask=mask,
             dtype=self.dtype,
         )
+        return constrain(y, out_sharding, x)
 
 
 class GroupNorm(Module, typecheck=True):
@@ -316,9 +323,11 @@ class GroupNorm(Module, typecheck=True):
         x: Float[AnyArray, "batch *spatial channels"],
         *,
         mask: Bool[AnyArray, "..."] | None = None,
+        out_sharding: Any = None,
     ) -> Float[jax.Array, "batch *spatial channels"]:
-        """Normalise ``x`` of shape ``(batch, *spatial, channels)``."""
-        return F.group_norm(
+        """Normalise ``x`` of shape ``(batch, *spatial, channels)``; ``out_sharding``
+        reshards the result."""
+        y = F.group_norm(
             x,
             var_value(self.scale),
             var_value(self.bias),
@@ -330,6 +339,7 @@ class GroupNorm(Module, typecheck=True):
             mask=mask,
             dtype=self.dtype,
         )
+        return constrain(y, out_sharding, x)
 
 
 class BatchNorm(Module, typecheck=True):
@@ -426,6 +436,7 @@ class BatchNorm(Module, typecheck=True):
         use_running_average: bool | None = None,
         *,
         mask: Bool[AnyArray, "..."] | None = None,
+        out_sharding: Any = None,
     ) -> Float[jax.Array, "*batch features"]:
         """Normalise ``x``: with batch statistics (and update the running ones) in
         training, with the running statistics in evaluation."""
@@ -453,7 +464,7 @@ class BatchNorm(Module, typecheck=True):
             )
             self.mean.set(F.ema(self.mean.get(), mean, self.momentum))
             self.var.set(F.ema(self.var.get(), var, self.momentum))
-        return F.batch_norm(
+        y = F.batch_norm(
             x,
             mean,
             var,
@@ -463,3 +474,4 @@ class BatchNorm(Module, typecheck=True):
             epsilon=self.epsilon,
             dtype=self.dtype,
         )
+        return constrain(y, out_sharding, x)

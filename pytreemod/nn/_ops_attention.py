@@ -17,6 +17,7 @@ from jaxtyping import Float, Inexact, Integer, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
+from .._sharding_rules import cache_update, constrain, sharding_errors
 from ._checks import error_if
 from ._ops_common import promote_dtype
 from ._ops_dropout import check_rate
@@ -167,6 +168,7 @@ def dot_product_attention(
     qk_einsum: Callable[..., Any] | None = None,
     av_einsum: Callable[..., Any] | None = None,
     on_weights: Callable[[jax.Array], Any] | None = None,
+    out_sharding: Any = None,
 ) -> Inexact[jax.Array, "*batch q_len heads v_head_dim"]:
     """Multi-head scaled dot-product attention (Flax ``dot_product_attention``).
 
@@ -184,6 +186,8 @@ def dot_product_attention(
     - ``einsum_dot_general``, ``qk_einsum``/``av_einsum`` (given together),
       ``force_fp32_for_softmax``, ``on_weights``: as in ``dot_product_attention_weights``;
       ``av_einsum`` replaces the weights-values einsum.
+    - ``out_sharding``: the output's sharding (default: the operands' batch and heads
+      shardings, on any mesh).
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -198,24 +202,27 @@ def dot_product_attention(
                 f"implementation={implementation!r} has no attention dropout; use "
                 "implementation=None for dropout_rate > 0 in training."
             )
-        return _jax_attention(query, key, value, bias, mask, implementation)
+        y = _jax_attention(query, key, value, bias, mask, implementation)
+        return constrain(y, out_sharding, query, key, value)
     if (qk_einsum is None) != (av_einsum is None):
         raise LayerConfigError("qk_einsum and av_einsum must be given together.")
     hooks = _Hooks(
         precision, einsum_dot_general, qk_einsum, av_einsum, force_fp32_for_softmax, on_weights
     )
-    weights = _weights(
-        query,
-        key,
-        bias,
-        mask,
-        dropout_rate,
-        dropout_key,
-        broadcast_dropout,
-        deterministic,
-        hooks,
-    )
-    return hooks.av("...hqk,...khd->...qhd", weights, value)
+    with sharding_errors("dot_product_attention", query=query, key=key, value=value):
+        weights = _weights(
+            query,
+            key,
+            bias,
+            mask,
+            dropout_rate,
+            dropout_key,
+            broadcast_dropout,
+            deterministic,
+            hooks,
+        )
+        y = hooks.av("...hqk,...khd->...qhd", weights, value)
+    return constrain(y, out_sharding, query, key, value)
 
 
 def _jax_attention(
@@ -354,6 +361,8 @@ def update_kv_cache(
     zero = jnp.zeros((), jnp.int32)
     starts = (zero,) * (key.ndim - 3) + (index, zero, zero)
     key, value = jnp.asarray(key, cached_key.dtype), jnp.asarray(value, cached_value.dtype)
+    cached_key, key = cache_update(cached_key, key, key.ndim - 3)
+    cached_value, value = cache_update(cached_value, value, value.ndim - 3)
     new_key = lax.dynamic_update_slice(cached_key, key, starts)
     new_value = lax.dynamic_update_slice(cached_value, value, starts)
     query_pos = index + jnp.arange(steps, dtype=jnp.int32)

@@ -11,6 +11,15 @@ from jaxtyping import Inexact
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, axes_text, checked, fail, python_numbers, summary
+from .._sharding_rules import (
+    constrain,
+    convolution,
+    explicit_mesh,
+    gather_dims,
+    match_trailing,
+    out_kwargs,
+    sharding_errors,
+)
 from ._ops_common import as_tuple, promote_dtype
 
 PaddingLike: TypeAlias = str | int | Sequence[int | tuple[int, int]]
@@ -105,6 +114,7 @@ def conv(
     dtype: Any = None,
     precision: Any = None,
     conv_general_dilated: Callable[..., Any] | None = None,
+    out_sharding: Any = None,
 ) -> Inexact[jax.Array, "*batch_and_spatial_out out_features"]:
     """N-D convolution (Flax ``Conv``'s math); N is ``kernel.ndim - 2``.
 
@@ -118,7 +128,10 @@ def conv(
     - ``padding``: see ``PaddingLike``; ``"CIRCULAR"`` wraps around (periodic),
       ``"REFLECT"`` mirrors, ``"CAUSAL"`` left-pads a 1-D convolution.
     - ``feature_group_count``: split channels into groups (depthwise: ``in_features``).
-    - ``conv_general_dilated``: a replacement for ``lax.conv_general_dilated``.
+    - ``conv_general_dilated``: a replacement for ``lax.conv_general_dilated`` (on an
+      Explicit mesh it is also given ``out_sharding=``).
+    - ``out_sharding``: the output's sharding (a ``PartitionSpec`` or ``NamedSharding``);
+      default: derived from the operands on an Explicit mesh (see docs/sharding.md).
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -146,23 +159,54 @@ def conv(
     )
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
     conv_fn = conv_general_dilated or lax.conv_general_dilated
-    y = conv_fn(
+    y = _convolve(
+        conv_fn,
         jnp.asarray(x),
         jnp.asarray(kernel),
-        strides_,
-        pad,
-        lhs_dilation=in_dil,
-        rhs_dilation=k_dil,
-        dimension_numbers=_dimension_numbers(x.ndim),
-        feature_group_count=feature_group_count,
-        precision=precision,
+        (strides_, pad),
+        dict(
+            lhs_dilation=in_dil,
+            rhs_dilation=k_dil,
+            dimension_numbers=_dimension_numbers(x.ndim),
+            feature_group_count=feature_group_count,
+            precision=precision,
+        ),
+        out_sharding if batch_shape is None else None,
+        op="conv",
     )
     if bias is not None:
-        y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
-    return _restore_batch(y, batch_shape)
+        y = y + jnp.reshape(match_trailing(bias, y), (1,) * (y.ndim - 1) + (-1,))
+    return constrain(_restore_batch(y, batch_shape), out_sharding, x, kernel)
 
 
 Ints = tuple[int, ...]
+
+
+def _convolve(
+    conv_fn: Callable[..., Any],
+    x: Any,
+    kernel: Any,
+    pos: tuple[Any, Any],
+    args: dict[str, Any],
+    out_sharding: Any,
+    *,
+    op: str,
+) -> jax.Array:
+    """``conv_fn(x, kernel, strides, padding, **args)``; on an Explicit mesh with the
+    operands resharded and the output sharding given (see
+    ``pytreemod._sharding_rules.convolution``)."""
+
+    def shape() -> tuple[int, ...]:
+        spec = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, kernel)]
+        return jax.eval_shape(
+            lambda a, b: lax.conv_general_dilated(a, b, *pos, **args), *spec
+        ).shape
+
+    groups = args.get("feature_group_count", 1)
+    x, kernel, derived = convolution(x, kernel, shape, groups, op=op)
+    kw = out_kwargs(out_sharding, derived, x, kernel)
+    with sharding_errors(op, x=x, kernel=kernel):
+        return conv_fn(x, kernel, *pos, **args, **kw)
 
 
 def _prepare_conv(
@@ -252,9 +296,12 @@ def conv_local(
     kernel_dilation: int | Sequence[int] | None = 1,
     dtype: Any = None,
     precision: Any = None,
+    out_sharding: Any = None,
 ) -> jax.Array:
     """Unshared convolution (Flax ``ConvLocal``'s math, ``lax.conv_general_dilated_local``):
     a separate filter at every output position; shapes from ``conv_local_shapes``.
+    ``out_sharding``: the output's sharding, applied after the op (``reshard`` on an
+    Explicit mesh, a sharding constraint on an Auto one).
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -279,8 +326,8 @@ def conv_local(
         precision=precision,
     )
     if bias is not None:
-        y = y + jnp.reshape(bias, (1,) * (y.ndim - bias.ndim) + tuple(bias.shape))
-    return _restore_batch(y, batch_shape)
+        y = y + jnp.reshape(match_trailing(bias, y), (1,) * (y.ndim - bias.ndim) + bias.shape)
+    return constrain(_restore_batch(y, batch_shape), out_sharding, x, kernel)
 
 
 @checked
@@ -296,13 +343,16 @@ def conv_transpose(
     dtype: Any = None,
     precision: Any = None,
     preferred_element_type: Any = None,
+    out_sharding: Any = None,
 ) -> Inexact[jax.Array, "*batch_and_spatial_out out_features"]:
     """Transposed convolution (Flax ``ConvTranspose``'s math, ``lax.conv_transpose``).
 
     ``kernel`` is ``(*kernel_size, in_features, out_features)``, or with
     ``transpose_kernel=True`` ``(*kernel_size, out_features, in_features)`` (then the
     kernel of a ``conv`` gives its gradient-transpose). ``padding="CIRCULAR"`` wraps the
-    output periodically, as Flax does.
+    output periodically, as Flax does. ``out_sharding``: the sharding of the output (a
+    ``PartitionSpec`` or ``NamedSharding``); default: derived from the operands on an
+    Explicit mesh (see docs/sharding.md).
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -328,21 +378,77 @@ def conv_transpose(
     elif pad in ("REFLECT", "CAUSAL"):
         raise LayerConfigError(f"conv_transpose does not support padding={padding!r}.")
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
-    y = lax.conv_transpose(
-        jnp.asarray(x),
-        jnp.asarray(kernel),
-        strides_,
-        pad,
+    if explicit_mesh(x, kernel) is None:
+        y = lax.conv_transpose(
+            jnp.asarray(x),
+            jnp.asarray(kernel),
+            strides_,
+            pad,
+            rhs_dilation=k_dil,
+            transpose_kernel=transpose_kernel,
+            precision=precision,
+            preferred_element_type=preferred_element_type,
+        )
+    else:
+        y = _conv_transpose_sharded(
+            x, kernel, strides_, pad, k_dil, transpose_kernel, precision,
+            preferred_element_type, None if batch_shape or circular else out_sharding,
+        )  # fmt: skip
+    if circular:
+        y = _wrap_periodic(
+            gather_dims(y, range(1, y.ndim - 1)), x.shape[1:-1], strides_, transpose_kernel
+        )
+    if bias is not None:
+        y = y + jnp.reshape(match_trailing(bias, y), (1,) * (y.ndim - 1) + (-1,))
+    return constrain(_restore_batch(y, batch_shape), out_sharding, x, kernel)
+
+
+def _transpose_padding(k: int, s: int, mode: str) -> tuple[int, int]:
+    """The padding of a transposed convolution (stride ``s``, dilated kernel size ``k``)
+    for the forward convolution's ``"SAME"`` or ``"VALID"``, as ``lax.conv_transpose``."""
+    if mode == "SAME":
+        total = k + s - 2
+        low = k - 1 if s > k - 1 else -(-total // 2)
+    else:
+        total, low = k + s - 2 + max(k - s, 0), k - 1
+    return low, total - low
+
+
+def _conv_transpose_sharded(
+    x: Any,
+    kernel: Any,
+    strides: Ints,
+    pad: Any,
+    k_dil: Ints,
+    transpose_kernel: bool,
+    precision: Any,
+    preferred_element_type: Any,
+    out_sharding: Any,
+) -> jax.Array:
+    """``lax.conv_transpose`` (one batch axis, channels last) written as the input-dilated
+    ``conv_general_dilated`` it is, so the output sharding can be given."""
+    n = kernel.ndim - 2
+    if transpose_kernel:  # flip the window, swap the kernel's in and out axes
+        kernel = jnp.swapaxes(jnp.flip(kernel, tuple(range(n))), -1, -2)
+    if pad in ("SAME", "VALID"):
+        sizes = [(k - 1) * d + 1 for k, d in zip(kernel.shape[:n], k_dil)]
+        pad = [_transpose_padding(k, s, pad) for k, s in zip(sizes, strides)]
+    args = dict(
+        lhs_dilation=strides,
         rhs_dilation=k_dil,
-        transpose_kernel=transpose_kernel,
+        dimension_numbers=_dimension_numbers(x.ndim),
         precision=precision,
         preferred_element_type=preferred_element_type,
     )
-    if circular:
-        y = _wrap_periodic(y, x.shape[1:-1], strides_, transpose_kernel)
-    if bias is not None:
-        y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
-    return _restore_batch(y, batch_shape)
+    return _convolve(
+        lax.conv_general_dilated,
+        x,
+        kernel,
+        ((1,) * n, pad),
+        args,
+        out_sharding,
+        op="conv_transpose",
+    )
 
 
 def _wrap_periodic(

@@ -9,7 +9,14 @@ from jax import lax
 from jaxtyping import Float, Integer
 
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
-from .._sharding_rules import contraction, gather_rows, match_trailing, out_kwargs, sharding_errors
+from .._sharding_rules import (
+    constrain,
+    contraction,
+    gather_rows,
+    match_trailing,
+    out_kwargs,
+    sharding_errors,
+)
 from ._ops_common import promote_dtype
 
 
@@ -55,7 +62,7 @@ def linear(
     kw = out_kwargs(out_sharding, derived, x, kernel)
     with sharding_errors("linear", x=x, kernel=kernel):
         y = dot(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision, **kw)
-        return _add_bias(y, bias)
+        return constrain(_add_bias(y, bias), out_sharding, x, kernel)
 
 
 def _axes(ndim: int, axes: int | Sequence[int]) -> tuple[int, ...]:
@@ -108,11 +115,11 @@ def dense_general(
     kw = out_kwargs(out_sharding, derived, x, kernel)
     with sharding_errors("dense_general", x=x, kernel=kernel):
         y = dot(x, kernel, dims, precision=precision, **kw)
-        if bias is None:
-            return y
-        kept = [a for a in range(ndim) if a not in axes]
-        lead = tuple(x.shape[a] if a in batch else 1 for a in kept)
-        return y + match_trailing(jnp.reshape(bias, lead + features), y)
+        if bias is not None:
+            kept = [a for a in range(ndim) if a not in axes]
+            lead = tuple(x.shape[a] if a in batch else 1 for a in kept)
+            y = y + match_trailing(jnp.reshape(bias, lead + features), y)
+        return constrain(y, out_sharding, x, kernel)
 
 
 @checked
@@ -137,7 +144,7 @@ def project_heads(
     kw = out_kwargs(out_sharding, derived, x, kernel)
     with sharding_errors("project_heads", x=x, kernel=kernel):
         y = lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision, **kw)
-        return _add_bias(y, bias)
+        return constrain(_add_bias(y, bias), out_sharding, x, kernel)
 
 
 @checked
@@ -163,7 +170,7 @@ def merge_heads(
     kw = out_kwargs(out_sharding, derived, x, kernel)
     with sharding_errors("merge_heads", x=x, kernel=kernel):
         y = lax.dot_general(x, kernel, dims, precision=precision, **kw)
-        return _add_bias(y, bias)
+        return constrain(_add_bias(y, bias), out_sharding, x, kernel)
 
 
 @checked
@@ -192,7 +199,7 @@ def embed(
     embedding, derived = gather_rows(embedding, ids, op="embed")
     kw = out_kwargs(out_sharding, derived, embedding, ids)
     if not kw:
-        return jnp.take(embedding, ids, axis=0)
+        return constrain(jnp.take(embedding, ids, axis=0), out_sharding, embedding, ids)
     with sharding_errors("embed", embedding=embedding, ids=ids):
         # jnp.take's semantics (negative ids count from the end, ids past the end give
         # NaN rows) with the output sharding stated.
@@ -220,7 +227,8 @@ def attend(
     query, embedding, derived = contraction(query, embedding, (query.ndim - 1,), (1,), op="attend")
     kw = out_kwargs(out_sharding, derived, query, embedding)
     with sharding_errors("attend", query=query, embedding=embedding):
-        return lax.dot_general(query, embedding, dims, precision=precision, **kw)
+        y = lax.dot_general(query, embedding, dims, precision=precision, **kw)
+        return constrain(y, out_sharding, query, embedding)
 
 
 @python_numbers
@@ -277,7 +285,7 @@ def einsum_dense(
             preferred_element_type=preferred_element_type,
             **kw,
         )
-        if bias is None:
-            return y
-        _, broadcast = einsum_bias_shape(equation, x.shape, kernel.shape)
-        return y + match_trailing(jnp.reshape(bias, broadcast), y)
+        if bias is not None:
+            _, broadcast = einsum_bias_shape(equation, x.shape, kernel.shape)
+            y = y + match_trailing(jnp.reshape(bias, broadcast), y)
+        return constrain(y, out_sharding, x, kernel)

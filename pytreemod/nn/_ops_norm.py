@@ -16,7 +16,7 @@ from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
-from .._sharding_rules import match_trailing
+from .._sharding_rules import match_trailing, split_last
 from ._ops_common import at_least_float32, canonicalize_axes
 
 Axes = int | Sequence[int]
@@ -328,7 +328,11 @@ def group_norm(
             f"GroupNorm: reduction_axes {reduction_axes} must include the last (channel) axis."
         )
     group_size = channels // groups
-    grouped = x.reshape(*x.shape[:-1], groups, group_size)
+    # On an Explicit mesh: channels sharded over a mesh axis that divides the groups are
+    # grouped shard by shard (each device holds whole groups); otherwise gathered first.
+    x, split = split_last(x, groups)
+    kw = {} if split is None else {"out_sharding": split}
+    grouped = jnp.reshape(x, (*x.shape[:-1], groups, group_size), **kw)
     if mask is not None:
         mask = jnp.broadcast_to(mask, x.shape).reshape(grouped.shape)
     mean, var = compute_stats(
@@ -340,8 +344,10 @@ def group_norm(
         mask=mask,
     )
     assert mean is not None
-    mean = jnp.repeat(mean, group_size, axis=-1)
-    var = jnp.repeat(var, group_size, axis=-1)
+    if split is not None:  # each group's statistics repeated on the devices holding it
+        kw = {"out_sharding": jax.typeof(mean).sharding}
+    mean = jnp.repeat(mean, group_size, axis=-1, **kw)
+    var = jnp.repeat(var, group_size, axis=-1, **kw)
     return normalize(
         x,
         mean,

@@ -21,6 +21,7 @@ from jaxtyping import Float, Integer, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, python_numbers
+from .._sharding_rules import explicit_mesh
 from ._ops_common import promote_dtype
 from ._ops_linear import linear
 
@@ -114,7 +115,12 @@ def fused_lstm_cell(
 def _fused(
     x: Any, kernels: Sequence[Any], biases: Sequence[Any] | None, dtype: Any
 ) -> list[jax.Array]:
-    """``x @ concat(kernels) + concat(biases)``, split back per kernel."""
+    """``x @ concat(kernels) + concat(biases)``, split back per kernel. On an Explicit
+    mesh one ``linear`` per kernel instead: each kernel keeps its own (column-parallel)
+    sharding, which a concatenation along the sharded axis would move between devices."""
+    if explicit_mesh(x, *kernels) is not None:
+        bs = [None] * len(kernels) if biases is None else list(biases)
+        return [linear(x, k, b, dtype=dtype) for k, b in zip(kernels, bs)]
     kernel = jnp.concatenate(list(kernels), axis=-1)
     bias = None if biases is None else jnp.concatenate(list(biases), axis=-1)
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)

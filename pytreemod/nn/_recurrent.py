@@ -21,6 +21,7 @@ from . import _ops_recurrent as R
 from ._conv import Conv
 from ._init import Initializer, default_bias_init, default_kernel_init
 from ._linear import Linear
+from ._ops_common import var_value
 from ._ops_conv import PaddingLike
 from ._validate import layer_args, positive_ints
 
@@ -81,7 +82,7 @@ def _linears(
 
 def _bias(layer: Linear | Conv) -> jax.Array:
     assert layer.bias is not None, "the hidden projections of an LSTM cell have a bias"
-    return layer.bias.value
+    return var_value(layer.bias)
 
 
 class _VectorCell(RNNCellBase):
@@ -259,8 +260,8 @@ class OptimizedLSTMCell(LSTMCell):
         return R.fused_lstm_cell(
             carry,
             x,
-            [p[f"i{gate}"].kernel.value for gate in "ifgo"],
-            [layer.kernel.value for layer in hidden],
+            [var_value(p[f"i{gate}"].kernel) for gate in "ifgo"],
+            [var_value(layer.kernel) for layer in hidden],
             [_bias(layer) for layer in hidden],
             gate_fn=self.gate_fn,
             activation_fn=self.activation_fn,

@@ -5,11 +5,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jaxtyping import Integer, Shaped
 
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, fail, summary
+from .._sharding_rules import steady_carry
 from .._transforms import Carry, scan
 from . import _ops_recurrent as R
 from ._recurrent import RNNCellBase
@@ -79,6 +81,11 @@ class RNN(Module, typecheck=True):
                 return carry, ((carry, y) if stack_carries else y)
 
             ys_axes = (0, time_axis) if stack_carries else time_axis
+            carry = steady_carry(
+                lambda c, x: self.cell(c, lax.index_in_dim(x, 0, time_axis, keepdims=False)),
+                carry,
+                xs,
+            )
             final, ys = scan(
                 step,
                 in_axes=(None, Carry, time_axis),
