@@ -307,6 +307,8 @@ def main() -> None:
         + " After a step every parameter and optimizer moment keeps its sharding (no "
         "`out_shardings` given): "
         + ("yes." if all(_kept(c) for c in contestants.values()) else "NO.")
+        + " The 8 simulated devices are threads of one process; on a shared machine they "
+        "compete with other jobs for the cores, so CPU time is the steadier measure."
     )
 
 
