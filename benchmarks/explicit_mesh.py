@@ -260,9 +260,9 @@ def cpu_ms_per_step(fns: dict[str, Callable[[], object]], *, rounds: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Explicit-mesh train step against raw JAX.")
-    parser.add_argument("--rounds", type=int, default=10, help="wall-clock rounds")
-    parser.add_argument("--calls", type=int, default=2, help="steps per wall-clock round")
-    parser.add_argument("--cpu-rounds", type=int, default=10, help="CPU-time rounds")
+    parser.add_argument("--rounds", type=int, default=20, help="wall-clock rounds")
+    parser.add_argument("--calls", type=int, default=3, help="steps per wall-clock round")
+    parser.add_argument("--cpu-rounds", type=int, default=20, help="CPU-time rounds")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     contestants, gap = setup()
