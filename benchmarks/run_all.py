@@ -58,6 +58,14 @@ SECTIONS = [
         "arrays (the disk is the limit); `flax.serialization` (msgpack) alongside.",
     ),
     (
+        "Explicit mesh: FSDP x TP train step against hand-annotated raw JAX",
+        ["-m", "benchmarks.explicit_mesh"],
+        "Target: the pytreemod step on an Explicit mesh, written with logical names only, "
+        "has the collectives of the same model in raw JAX with hand-placed `out_sharding`/"
+        "`reshard` (all-gather, reduce-scatter, all-reduce in the optimized HLO) and its "
+        "step time (~1.00x); the Auto-mesh pytreemod step alongside.",
+    ),
+    (
         "Transformer train step",
         ["-m", "benchmarks.transformer"],
         "Target: the pytreemod step within 1.02x of Flax Linen's (the fastest of raw JAX, "

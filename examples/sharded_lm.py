@@ -33,9 +33,9 @@ What it shows:
 The corpus is built in (docstrings of a fixed list of standard-library modules), so
 nothing is downloaded. Run it with ``python examples/sharded_lm.py [--steps N]
 [--mesh explicit|auto|none] [--no-reference]`` (sizes: ``--width``, ``--layers``,
-``--heads``, ``--context``, ``--batch``). The defaults (150 steps, both runs) take about a
-minute on a shared 2-core CPU and bring the loss from about 4.6 to about 2.4 nats per
-character.
+``--heads``, ``--context``, ``--batch``). The defaults (150 steps, both runs) take under
+three minutes on a busy shared 2-core CPU and bring the loss from about 5.7 to about 2.3
+nats per character, the two curves within a relative 1e-6 of each other.
 """
 
 import os

@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
-from tests.helpers import kill_processes, wait_for_processes
+from tests.helpers import wait_for_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "sharded_lm.py"
@@ -43,8 +43,20 @@ def _check_sharded_run(run: dict, devices: int) -> None:
     }
 
 
-def test_explicit_fsdp_tp_matches_one_device(capsys: pytest.CaptureFixture[str]) -> None:
-    runs = _example().main(TINY)  # the Explicit mesh, then the one-device reference
+@pytest.fixture(scope="module")
+def tiny_runs() -> tuple[dict, str]:
+    """The tiny config on the Explicit mesh, then on one device; and what it printed."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runs = _example().main(TINY)
+    return runs, out.getvalue()
+
+
+def test_explicit_fsdp_tp_matches_one_device(tiny_runs: tuple[dict, str]) -> None:
+    runs, out = tiny_runs
     sharded, single = runs["explicit"], runs["none"]
     assert len(sharded["losses"]) == 4
     np.testing.assert_allclose(sharded["losses"], single["losses"], rtol=1e-4)
@@ -55,7 +67,6 @@ def test_explicit_fsdp_tp_matches_one_device(capsys: pytest.CaptureFixture[str])
     assert table.sharding.spec == P("model", "data")
     moment = sharded["opt_state"][0].mu.blocks.mlp.up.kernel.value.value
     assert moment.sharding.spec == P(None, "data", "model")
-    out = capsys.readouterr().out
     assert f"device 7: {sharded['total_bytes'] // 8} (8.00x less)" in out
     assert "largest relative difference from the one-device losses" in out
 
@@ -79,7 +90,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_train_as_one(tmp_path: pathlib.Path) -> None:
+def test_two_processes_train_as_one(tmp_path: pathlib.Path, tiny_runs: tuple[dict, str]) -> None:
     port = _free_port()
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
     env["JAX_PLATFORMS"] = "cpu"
@@ -95,12 +106,8 @@ def test_two_processes_train_as_one(tmp_path: pathlib.Path) -> None:
         )
         for i in range(2)
     ]
-    try:  # the one-process run (8 devices, this process) while the workers run
-        single = _example().main([*TINY, "--no-reference"])["explicit"]
-    except BaseException:
-        kill_processes(procs)
-        raise
     wait_for_processes(procs, timeout=TIMEOUT)
+    single = tiny_runs[0]["explicit"]  # one process with 8 devices
     for i in range(2):
         result = json.loads((tmp_path / f"worker{i}.json").read_text())
         assert result["devices"] == [8, 2]
