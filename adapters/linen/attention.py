@@ -317,6 +317,30 @@ class MultiHeadDotProductAttention(Module):
             key = norm(name="key_ln")(key)
         if self.decode:
             key, value, mask = self._decode_step(query, key, value, mask)
+        attn_kwargs = self._attention_kwargs(mask, deterministic, dropout_rng, sow_weights)
+        x = self.attention_fn(query, key, value, **attn_kwargs)
+        return DenseGeneral(
+            features=features,
+            axis=(-2, -1),
+            kernel_init=self.out_kernel_init or self.kernel_init,
+            bias_init=self.out_bias_init or self.bias_init,
+            use_bias=self.use_bias,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            precision=self.precision,
+            dot_general=self.out_dot_general,
+            dot_general_cls=self.out_dot_general_cls,
+            name="out",
+        )(x)
+
+    def _attention_kwargs(
+        self,
+        mask: Array | None,
+        deterministic: bool | None,
+        dropout_rng: Array | None,
+        sow_weights: bool,
+    ) -> dict[str, Any]:
+        """The keyword arguments ``attention_fn`` accepts, dropout resolved."""
         if self.dropout_rate > 0.0:
             m_deterministic = merge_param("deterministic", self.deterministic, deterministic)
             if not m_deterministic and dropout_rng is None:
@@ -343,20 +367,7 @@ class MultiHeadDotProductAttention(Module):
         attn_kwargs = {k: v for k, v in attn_kwargs.items() if k in accepted}
         if sow_weights:
             attn_kwargs["module"] = self
-        x = self.attention_fn(query, key, value, **attn_kwargs)
-        return DenseGeneral(
-            features=features,
-            axis=(-2, -1),
-            kernel_init=self.out_kernel_init or self.kernel_init,
-            bias_init=self.out_bias_init or self.bias_init,
-            use_bias=self.use_bias,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            precision=self.precision,
-            dot_general=self.out_dot_general,
-            dot_general_cls=self.out_dot_general_cls,
-            name="out",
-        )(x)
+        return attn_kwargs
 
     def _decode_step(
         self, query: Array, key: Array, value: Array, mask: Array | None
