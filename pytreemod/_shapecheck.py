@@ -337,9 +337,10 @@ def _key_path(owner: Any, child: Any) -> str | None:
     """The path from ``owner`` to ``child`` among its PyTree children or static fields,
     or ``None`` when it does not hold it.
 
-    ``child`` is found by identity; failing that, as the one child of its class and tree
-    structure whose arrays have its shapes (a copy, as a ``replace`` makes) or one more
-    leading axis (a layer of a stack that ``pm.scan`` or ``pm.vmap`` slices: ``[*]``).
+    ``child`` is found by identity; failing that, when ``child`` holds tracers (a transform
+    rebuilt it), as the one child of its class and tree structure whose arrays have its
+    shapes or one more leading axis (a layer of a stack that ``pm.scan`` or ``pm.vmap``
+    slices: ``[*]``).
     """
     for keys, node in _nodes(owner, lambda x: x is child):
         if node is child:
@@ -347,6 +348,8 @@ def _key_path(owner: Any, child: Any) -> str | None:
     for name in getattr(type(owner), "_pytreemod_static", ()):
         if getattr(owner, name, None) is child:
             return f".{name}"
+    if not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(child)):
+        return None
     same_kind = lambda x: x is not owner and type(x) is type(child)
     nodes = _nodes(owner, same_kind)
     matches = [(keys, m) for keys, m in nodes if type(m) is type(child)]
