@@ -12,9 +12,11 @@ runs once, while tracing; the compiled program is the same with checks on or off
 When a check fails, jaxtyping's ``TypeCheckError`` is replaced by a ``ShapeError`` whose
 message names the dimension that disagrees, the arguments and shapes on both sides, and
 the module class and method: the method's own ``self`` for a layer method, the nearest
-calling Module method for an op. The explanation walks the annotations again and looks at
-the calling frames only on this error path; a successful call pays for jaxtyping's check
-alone.
+calling Module method for an op. When enclosing modules on the calling frames hold that
+module, the call is named by its path from the outermost of them instead
+(``Model.blocks[3].mlp.up(x=f32[2, 5])``). The explanation walks the annotations again
+and looks at the calling frames only on this error path; a successful call pays for
+jaxtyping's check alone.
 
 Layers are declared ``typecheck=True``, whose class-level jaxtyping wrapper checks the
 methods a subclass adds; on the layers' own methods, already checked here, it stands
