@@ -34,6 +34,7 @@ from typing import Any, TypeAlias, TypeVar
 import jax
 import jax.tree_util as jtu
 import numpy as np
+from jax.core import Tracer
 from jaxtyping import AbstractArray, TypeCheckError, jaxtyped
 
 from ._errors import ShapeError
@@ -350,7 +351,7 @@ def _key_path(owner: Any, child: Any) -> str | None:
     for name in getattr(type(owner), "_pytreemod_static", ()):
         if getattr(owner, name, None) is child:
             return f".{name}"
-    if not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(child)):
+    if not any(isinstance(x, Tracer) for x in jtu.tree_leaves(child)):
         return None
     same_kind = lambda x: x is not owner and type(x) is type(child)
     nodes = _nodes(owner, same_kind)
