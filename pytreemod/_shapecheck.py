@@ -340,10 +340,11 @@ def _key_path(owner: Any, child: Any) -> str | None:
     """The path from ``owner`` to ``child`` among its PyTree children or static fields,
     or ``None`` when it does not hold it.
 
-    ``child`` is found by identity; failing that, when ``child`` holds tracers (a transform
-    rebuilt it), as the one child of its class and tree structure whose arrays have its
-    shapes or one more leading axis (a layer of a stack that ``pm.scan`` or ``pm.vmap``
-    slices: ``[*]``).
+    ``child`` is found by identity; failing that, as the one child of its class and tree
+    structure that is a copy of it (the same array objects: JAX rebuilt the module from
+    its leaves) or, when ``child`` holds tracers (a transform rebuilt it), whose arrays
+    have its shapes or one more leading axis (a layer of a stack that ``pm.scan`` or
+    ``pm.vmap`` slices: ``[*]``).
     """
     for keys, node in _nodes(owner, lambda x: x is child):
         if node is child:
@@ -351,12 +352,11 @@ def _key_path(owner: Any, child: Any) -> str | None:
     for name in getattr(type(owner), "_pytreemod_static", ()):
         if getattr(owner, name, None) is child:
             return f".{name}"
-    if not any(isinstance(x, Tracer) for x in jtu.tree_leaves(child)):
-        return None
+    traced = any(isinstance(x, Tracer) for x in jtu.tree_leaves(child))
     same_kind = lambda x: x is not owner and type(x) is type(child)
     nodes = _nodes(owner, same_kind)
     matches = [(keys, m) for keys, m in nodes if type(m) is type(child)]
-    found = [(keys, s) for keys, m in matches if (s := _stacked(m, child)) is not None]
+    found = [(k, s) for k, m in matches if (s := _stacked(m, child, traced)) is not None]
     if len(found) != 1:
         return None
     keys, stacked = found[0]
@@ -370,12 +370,17 @@ def _nodes(tree: Any, is_leaf: Callable[[Any], bool]) -> list[tuple[Any, Any]]:
         return []
 
 
-def _stacked(candidate: Any, child: Any) -> bool | None:
-    """``False`` if ``candidate`` has ``child``'s structure and shapes, ``True`` if it has
-    its structure and one more leading axis on every array, else ``None``."""
+def _stacked(candidate: Any, child: Any, traced: bool) -> bool | None:
+    """``False`` if ``candidate`` has ``child``'s structure and its very leaves, or (when
+    ``traced``) its shapes; ``True`` if (when ``traced``) it has its structure and one
+    more leading axis on every array; else ``None``."""
     leaves, treedef = jtu.tree_flatten(candidate)
     child_leaves, child_treedef = jtu.tree_flatten(child)
     if treedef != child_treedef:
+        return None
+    if all(a is b for a, b in zip(leaves, child_leaves)):
+        return False
+    if not traced:
         return None
     shapes = [tuple(getattr(x, "shape", ())) for x in leaves]
     child_shapes = [tuple(getattr(x, "shape", ())) for x in child_leaves]

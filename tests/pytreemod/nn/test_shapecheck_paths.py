@@ -276,3 +276,10 @@ def test_a_layer_built_during_the_call_is_not_taken_for_a_field(getkey: Key) -> 
 
     with pytest.raises(pm.ShapeError, match=r"^Linear\.__call__" + LINEAR_5_4):
         Builder(pm.nn.Linear(5, 4, key=getkey()))(jnp.ones((2, 4)))
+
+
+@pytest.mark.parametrize("run", list(RUNS), ids=list(RUNS))
+def test_a_recurrent_cells_projection_is_named_through_the_rnn(getkey: Key, run: str) -> None:
+    rnn = pm.nn.RNN(pm.nn.LSTMCell(3, 4, key=getkey()))
+    with pytest.raises(pm.ShapeError, match=r"^RNN\.cell\.projections\.ii\(x=f32\[2, 5\]\)"):
+        RUNS[run](rnn, jnp.ones((2, 6, 5)))
