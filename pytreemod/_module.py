@@ -25,10 +25,11 @@ import dataclasses
 import functools
 import inspect
 import types
+import typing
 import warnings
 from abc import ABCMeta
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, TypeVar, cast, dataclass_transform
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast, dataclass_transform
 
 import jax
 import jax.tree_util as jtu
@@ -337,8 +338,17 @@ class _ModuleMeta(ABCMeta):
         cls._pytreemod_typecheck = bool(typecheck)
         # dataclass never overwrites an __init__ defined in the class body itself.
         cls = dataclasses.dataclass(eq=False, repr=False, init=not user_init)(cls)
+        table = cls.__dict__["__dataclass_fields__"]
+        own = {k: f for k, f in table.items() if not k.startswith("_pytreemod_")}
+        cls.__dataclass_fields__ = _FieldTable({**own, _MARK: table[_MARK]})
+        if is_base:  # the sentinel is a field (in the table above), not an annotation
+            del cls.__annotations__[_MARK]
+        if not user_init:  # help() shows __init__'s signature: without the sentinel
+            _hide_sentinel(cls.__dict__["__init__"])
         if typecheck and "__init__" not in namespace and "__init__" in cls.__dict__:
             cls.__init__ = python_numbers(cls.__init__)  # the generated one, as a custom one
+        if "__init__" in namespace and _takes_unpacked_options(cls.__dict__["__init__"]):
+            _spell_out_options(cls, cls.__dict__["__init__"])
         fields = [f for f in dataclasses.fields(cls) if f.name != _MARK]
         for f in fields:
             if not f.init:
@@ -393,6 +403,79 @@ class _ModuleMeta(ABCMeta):
             _initialising.discard(key)
         _finish_init(cls, self)
         return self
+
+
+class _FieldTable(dict[str, Any]):
+    """A Module class's ``__dataclass_fields__``: its fields, then the unflatten sentinel
+    (a real field, which JAX's dataclass registration needs). The metaclass's bookkeeping
+    ClassVars are left out, and the repr (the line ``help()`` shows) leaves out the
+    sentinel, so ``help(pm.nn.Conv2d)`` shows the layer's fields and nothing internal."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr({k: v for k, v in self.items() if k != _MARK})
+
+
+def _hide_sentinel(init: Any) -> None:
+    signature = inspect.signature(init)
+    shown = [p for p in signature.parameters.values() if p.name != _MARK]
+    init.__signature__ = signature.replace(parameters=shown)
+
+
+def _takes_unpacked_options(init: Any) -> bool:
+    """Whether ``init`` declares ``**kwargs: Unpack[SomeTypedDict]`` (read cheaply, from
+    its raw annotations)."""
+    for hint in getattr(init, "__annotations__", {}).values():
+        if typing.get_origin(hint) is typing.Unpack:
+            return True
+        if isinstance(hint, str) and hint.replace(" ", "").startswith(
+            ("Unpack[", "typing.Unpack[")
+        ):
+            return True
+    return False
+
+
+def _spell_out_options(cls: Any, init: Any) -> None:
+    """Give ``init`` (and so the class) a signature listing the keyword arguments of its
+    ``**kwargs: Unpack[Options]``, as ``inspect.signature`` and ``help()`` show them:
+    ``Conv2d(in_features, out_features, kernel_size, *, strides=1, padding='SAME', ...,
+    key)``. Their annotations are the TypedDict's; their defaults are those of the base
+    classes' ``__init__`` that the options are passed on to (a required key has none).
+    Left as it is when an optional key has no default there."""
+    signature = inspect.signature(init)
+    params = list(signature.parameters.values())
+    if not params or params[-1].kind is not inspect.Parameter.VAR_KEYWORD:
+        return
+    try:
+        (options,) = typing.get_args(typing.get_type_hints(init)[params[-1].name])
+        hints = typing.get_type_hints(options)
+    except Exception:  # an unresolvable annotation: keep **kwargs
+        return
+    if not typing.is_typeddict(options):
+        return
+    defaults: dict[str, Any] = {}
+    for base in cls.__mro__[1:]:
+        base_init = base.__dict__.get("__init__")
+        if base_init is None or base is object:
+            continue
+        for p in inspect.signature(base_init).parameters.values():
+            if p.default is not inspect.Parameter.empty:
+                defaults.setdefault(p.name, p.default)
+    keyword = []
+    for name, hint in hints.items():
+        if name in options.__required_keys__:
+            default = inspect.Parameter.empty
+        elif name in defaults:
+            default = defaults[name]
+        else:
+            return
+        keyword.append(
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint
+            )
+        )
+    init.__signature__ = signature.replace(parameters=[*params[:-1], *keyword])
 
 
 def _finish_init(cls: Any, self: Any) -> None:
@@ -488,15 +571,16 @@ class Module(metaclass=_ModuleMeta):
     an updated copy.
     """
 
-    _pytreemod_field_objs: ClassVar[tuple[dataclasses.Field[Any], ...]]
-    _pytreemod_fields: ClassVar[tuple[str, ...]]
-    _pytreemod_fieldset: ClassVar[frozenset[str]]
-    _pytreemod_static: ClassVar[tuple[str, ...]]
-    _pytreemod_data_fields: ClassVar[tuple[str, ...]]
-    _pytreemod_converters: ClassVar[tuple[tuple[str, Callable[[Any], Any]], ...]]
-    _pytreemod_check_inits: ClassVar[tuple[Callable[[Any], None], ...]]
-    _pytreemod_user_init: ClassVar[bool]
-    _pytreemod_typecheck: ClassVar[bool]
+    if TYPE_CHECKING:  # set by the metaclass; declared for type checkers, not as fields
+        _pytreemod_field_objs: ClassVar[tuple[dataclasses.Field[Any], ...]]
+        _pytreemod_fields: ClassVar[tuple[str, ...]]
+        _pytreemod_fieldset: ClassVar[frozenset[str]]
+        _pytreemod_static: ClassVar[tuple[str, ...]]
+        _pytreemod_data_fields: ClassVar[tuple[str, ...]]
+        _pytreemod_converters: ClassVar[tuple[tuple[str, Callable[[Any], Any]], ...]]
+        _pytreemod_check_inits: ClassVar[tuple[Callable[[Any], None], ...]]
+        _pytreemod_user_init: ClassVar[bool]
+        _pytreemod_typecheck: ClassVar[bool]
 
     def __setattr__(self, name: str, value: Any) -> None:
         if id(self) in _initialising:

@@ -12,9 +12,11 @@ runs once, while tracing; the compiled program is the same with checks on or off
 When a check fails, jaxtyping's ``TypeCheckError`` is replaced by a ``ShapeError`` whose
 message names the dimension that disagrees, the arguments and shapes on both sides, and
 the module class and method: the method's own ``self`` for a layer method, the nearest
-calling Module method for an op. The explanation walks the annotations again and looks at
-the calling frames only on this error path; a successful call pays for jaxtyping's check
-alone.
+calling Module method for an op. When enclosing modules on the calling frames hold that
+module, the call is named by its path from the outermost of them instead
+(``Model.blocks[3].mlp.up(x=f32[2, 5])``). The explanation walks the annotations again
+and looks at the calling frames only on this error path; a successful call pays for
+jaxtyping's check alone.
 
 Layers are declared ``typecheck=True``, whose class-level jaxtyping wrapper checks the
 methods a subclass adds; on the layers' own methods, already checked here, it stands
@@ -32,6 +34,7 @@ from typing import Any, TypeAlias, TypeVar
 import jax
 import jax.tree_util as jtu
 import numpy as np
+from jax.core import Tracer
 
 from ._errors import ShapeError
 from ._repr import array_summary
@@ -340,8 +343,10 @@ def _key_path(owner: Any, child: Any) -> str | None:
     or ``None`` when it does not hold it.
 
     ``child`` is found by identity; failing that, as the one child of its class and tree
-    structure whose arrays have its shapes (a copy, as a ``replace`` makes) or one more
-    leading axis (a layer of a stack that ``pm.scan`` or ``pm.vmap`` slices: ``[*]``).
+    structure that is a copy of it (the same array objects: JAX rebuilt the module from
+    its leaves) or, when ``child`` holds tracers (a transform rebuilt it), whose arrays
+    have its shapes or one more leading axis (a layer of a stack that ``pm.scan`` or
+    ``pm.vmap`` slices: ``[*]``).
     """
     for keys, node in _nodes(owner, lambda x: x is child):
         if node is child:
@@ -349,10 +354,11 @@ def _key_path(owner: Any, child: Any) -> str | None:
     for name in getattr(type(owner), "_pytreemod_static", ()):
         if getattr(owner, name, None) is child:
             return f".{name}"
+    traced = any(isinstance(x, Tracer) for x in jtu.tree_leaves(child))
     same_kind = lambda x: x is not owner and type(x) is type(child)
     nodes = _nodes(owner, same_kind)
     matches = [(keys, m) for keys, m in nodes if type(m) is type(child)]
-    found = [(keys, s) for keys, m in matches if (s := _stacked(m, child)) is not None]
+    found = [(k, s) for k, m in matches if (s := _stacked(m, child, traced)) is not None]
     if len(found) != 1:
         return None
     keys, stacked = found[0]
@@ -366,12 +372,17 @@ def _nodes(tree: Any, is_leaf: Callable[[Any], bool]) -> list[tuple[Any, Any]]:
         return []
 
 
-def _stacked(candidate: Any, child: Any) -> bool | None:
-    """``False`` if ``candidate`` has ``child``'s structure and shapes, ``True`` if it has
-    its structure and one more leading axis on every array, else ``None``."""
+def _stacked(candidate: Any, child: Any, traced: bool) -> bool | None:
+    """``False`` if ``candidate`` has ``child``'s structure and its very leaves, or (when
+    ``traced``) its shapes; ``True`` if (when ``traced``) it has its structure and one
+    more leading axis on every array; else ``None``."""
     leaves, treedef = jtu.tree_flatten(candidate)
     child_leaves, child_treedef = jtu.tree_flatten(child)
     if treedef != child_treedef:
+        return None
+    if all(a is b for a, b in zip(leaves, child_leaves)):
+        return False
+    if not traced:
         return None
     shapes = [tuple(getattr(x, "shape", ())) for x in leaves]
     child_shapes = [tuple(getattr(x, "shape", ())) for x in child_leaves]

@@ -1,5 +1,7 @@
 """Conv (1/2/3-D, strides, dilations, groups, paddings) and ConvTranspose vs lax and Flax."""
 
+import inspect
+import pydoc
 from collections.abc import Callable
 from typing import Any
 
@@ -183,3 +185,36 @@ def test_conv_transpose_shape_error(getkey: Key) -> None:
     layer = jax.eval_shape(lambda k: pm.nn.ConvTranspose2d(4, 3, 3, key=k), jax.random.key(0))
     with pytest.raises(pm.ShapeError, match=r"ConvTranspose2d.__call__.*'in_features'.*has 2"):
         jax.eval_shape(lambda m, v: m(v), layer, jnp.ones((1, 4, 4, 2)))
+
+
+def _help_text(obj: Any) -> str:
+    """What ``help(obj)`` prints (without terminal bold)."""
+    return pydoc.plain(pydoc.render_doc(obj))
+
+
+# ----------------------------------------------------------------------------- signatures
+
+CONVS = [pm.nn.Conv1d, pm.nn.Conv2d, pm.nn.Conv3d]
+CONV_TRANSPOSES = [pm.nn.ConvTranspose1d, pm.nn.ConvTranspose2d, pm.nn.ConvTranspose3d]
+
+
+@pytest.mark.parametrize("cls", CONVS + CONV_TRANSPOSES, ids=lambda c: c.__name__)
+def test_convolutions_show_their_options_in_signature_and_help(cls: Any) -> None:
+    sig = inspect.signature(cls)
+    base = inspect.signature(pm.nn.Conv if cls in CONVS else pm.nn.ConvTranspose)
+    assert list(sig.parameters)[:3] == ["in_features", "out_features", "kernel_size"]
+    assert "kwargs" not in sig.parameters and "num_spatial_dims" not in sig.parameters
+    for name, param in list(sig.parameters.items())[3:]:
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert param.default == base.parameters[name].default, name  # the base's defaults
+    assert sig.parameters["padding"].default == "SAME"
+    assert sig.parameters["key"].default is inspect.Parameter.empty  # required
+    assert sig.parameters["use_bias"].annotation is bool
+    page = _help_text(cls)
+    assert "strides: int | collections.abc.Sequence[int] = 1" in page
+    assert "_pytreemod" not in page and "**kwargs" not in page
+
+
+def test_options_given_by_keyword_still_reach_the_layer() -> None:
+    conv = pm.nn.Conv2d(3, 4, 3, strides=2, padding="VALID", use_bias=False, key=jax.random.key(0))
+    assert (conv.strides, conv.padding, conv.bias) == ((2, 2), "VALID", None)

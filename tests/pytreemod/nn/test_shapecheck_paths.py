@@ -253,3 +253,33 @@ def test_the_compiled_step_is_the_same_with_and_without_path_lookup(
     with_lookup, without_lookup = results
     assert "dot_general" in with_lookup[0]
     assert with_lookup == without_lookup
+
+
+def test_a_layer_a_transform_rebuilt_inside_the_model_is_named(getkey: Key) -> None:
+    class Checkpointed(pm.Module):
+        mlp: Mlp
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return pm.remat(lambda m, v: m(v))(self.mlp, x)  # a copy of mlp, of tracers
+
+    model = Checkpointed(Mlp(pm.nn.Linear(4, 4, key=getkey()), pm.nn.Linear(5, 4, key=getkey())))
+    with pytest.raises(pm.ShapeError, match=r"^Checkpointed\.mlp\.down" + LINEAR_5_4):
+        model(jnp.ones((2, 4)))
+
+
+def test_a_layer_built_during_the_call_is_not_taken_for_a_field(getkey: Key) -> None:
+    class Builder(pm.Module):
+        fc: pm.nn.Linear
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return pm.nn.Linear(5, 4, key=jax.random.key(0))(x)  # same kind as fc, not fc
+
+    with pytest.raises(pm.ShapeError, match=r"^Linear\.__call__" + LINEAR_5_4):
+        Builder(pm.nn.Linear(5, 4, key=getkey()))(jnp.ones((2, 4)))
+
+
+@pytest.mark.parametrize("run", list(RUNS), ids=list(RUNS))
+def test_a_recurrent_cells_projection_is_named_through_the_rnn(getkey: Key, run: str) -> None:
+    rnn = pm.nn.RNN(pm.nn.LSTMCell(3, 4, key=getkey()))
+    with pytest.raises(pm.ShapeError, match=r"^RNN\.cell\.projections\.ii\(x=f32\[2, 5\]\)"):
+        RUNS[run](rnn, jnp.ones((2, 6, 5)))
