@@ -178,7 +178,7 @@ def _optimized_hlo(fn: object, *args: object) -> str:
     import re
 
     fresh = lambda *a: fn(*a)  # type: ignore[operator]  # a new function: no cached trace
-    text = jax.jit(fresh).lower(*args).compile().as_text()
+    text = jax.jit(fresh).lower(*args).compile().as_text() or ""
     if "StackFrames" in text:  # the table of source locations the metadata points into
         text = text[text.index("\n\n", text.index("StackFrames")) :]
     text = re.sub(r",? ?metadata=\{[^}]*\}", "", text)
