@@ -31,7 +31,7 @@ import statistics
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +59,7 @@ class Config:
 TINY = Config(layers=2, d_model=32, heads=4, seq=16, batch=2)
 
 
-def attention_impl() -> str | None:
+def attention_impl() -> Literal["cudnn"] | None:
     """cuDNN's fused attention on a GPU, XLA's elsewhere."""
     return "cudnn" if jax.default_backend() == "gpu" else None
 
@@ -278,7 +278,7 @@ def measure(cfg: Config, *, steps: int, rounds: int) -> dict[str, dict[str, floa
                 t0 = time.perf_counter()
                 state, opt_state, loss = step(state, opt_state, x, y)
                 dispatch[name].append(time.perf_counter() - t0)
-            jax.block_until_ready(loss)
+            jax.block_until_ready((state, opt_state))
             step_times[name].append((time.perf_counter() - start) / steps)
             states[name] = (state, opt_state)
     for name in runs:

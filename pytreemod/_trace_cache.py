@@ -3,8 +3,11 @@
 Tracing Python is what a user waits for on every retrace (``jax.jit``'s first call,
 ``jax.eval_shape``, ``jax.make_jaxpr``). A ResNet calls the same convolution with the same
 configuration and input shapes many times; tracing it once and recording every later
-call as one nested ``jit`` equation keeps the program identical (XLA inlines the nested
-call) and the Python cost proportional to the distinct calls, not to all of them.
+call as one nested ``jit`` equation keeps the Python cost proportional to the distinct
+calls, not to all of them. XLA inlines the nested calls: a forward pass compiles to the
+same program; differentiated, a call's input cotangent is summed inside the call before
+it joins the input's other uses, so a backward pass may add in another order (the same
+values to float32 rounding).
 
 Outside a trace (eager calls on concrete arrays) the function runs as written, so eager
 results stay bit-for-bit those of the plain function. ``pm.nn``'s layers wrap their
@@ -42,8 +45,10 @@ _enabled: contextvars.ContextVar[bool] = contextvars.ContextVar(
 def disable_trace_once(disable: bool = True) -> Iterator[None]:
     """Inside this context, functions wrapped by ``pm.trace_once`` (and so ``pm.nn``'s
     layers) are traced on every call, as plain Python: jaxprs show every equation
-    inline, without the nested ``jit`` equations of reused traces. The compiled program
-    is the same either way; only trace time differs.
+    inline, without the nested ``jit`` equations of reused traces, and compile to the
+    program Python writes out inline (a forward pass compiles to the same program either
+    way; a backward pass may sum a layer's input cotangent in another order). jit caches
+    traces without keying them on this setting: wrap a function's first trace.
 
     ``disable=False`` turns the reuse back on inside an outer ``disable_trace_once()``.
     The environment variable ``PYTREEMOD_TRACE_ONCE=0`` turns it off for the whole

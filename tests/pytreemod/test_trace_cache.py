@@ -135,3 +135,90 @@ def test_law_same_values_as_the_plain_function(shape: list[int], factor: float) 
     np.testing.assert_array_equal(
         jax.jit(lambda x: cached(x, factor))(x), jax.jit(lambda x: fn(x, factor))(x)
     )
+
+
+class _Block(pm.Module):
+    norm: pm.nn.LayerNorm
+    conv: pm.nn.Conv1d
+    linear: pm.nn.Linear
+
+    def __init__(self, *, key: jax.Array) -> None:
+        k1, k2 = jax.random.split(key)
+        self.norm = pm.nn.LayerNorm(8)
+        self.conv = pm.nn.Conv1d(8, 8, 3, key=k1)
+        self.linear = pm.nn.Linear(8, 8, key=k2)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x + self.linear(jax.nn.gelu(self.conv(self.norm(x))))
+
+
+class _Net(pm.Module):
+    blocks: tuple[_Block, ...]
+
+    def __init__(self, *, key: jax.Array) -> None:
+        self.blocks = tuple(_Block(key=k) for k in jax.random.split(key, 3))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _train_step(model: _Net, x: jax.Array) -> tuple[_Net, jax.Array]:
+    loss_fn = lambda m: jnp.mean(m(x) ** 2)
+    loss, grads = pm.value_and_grad(loss_fn, argnums=pm.DiffState(0, "params"))(model)
+    structure, params, rest = pm.partition(model, "params")
+    params = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+    return pm.combine(structure, params, rest), loss
+
+
+def _optimized_hlo(fn: object, *args: object) -> str:
+    """XLA's optimised HLO without source metadata and module name, its instruction and
+    computation names renamed in order of appearance: what the compiled program does."""
+    import re
+
+    fresh = lambda *a: fn(*a)  # type: ignore[operator]  # a new function: no cached trace
+    text = jax.jit(fresh).lower(*args).compile().as_text() or ""
+    if "StackFrames" in text:  # the table of source locations the metadata points into
+        text = text[text.index("\n\n", text.index("StackFrames")) :]
+    text = re.sub(r",? ?metadata=\{[^}]*\}", "", text)
+    text = re.sub(r"^HloModule \S+", "HloModule m", text, flags=re.M)
+    names: dict[str, str] = {}  # instruction and computation names, by first appearance
+    rename = lambda m: names.setdefault(m[1].lstrip("%"), f"n{len(names)}")
+    text = re.sub(r"(?<=[(, ])([\w.-]+)(?=: )", rename, text)  # computation parameters
+    return re.sub(r"%([\w.-]+)", lambda m: "%" + rename(m), text)
+
+
+def test_compiled_forward_is_the_same_program_with_and_without_reuse() -> None:
+    model = _Net(key=jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (2, 5, 8))
+    forward = lambda m, x: m(x)
+    jaxpr = jax.make_jaxpr(lambda m, x: forward(m, x))(model, x)
+    assert "jit" in {e.primitive.name for e in jaxpr.eqns}  # the reuse is really on
+    with_reuse = _optimized_hlo(forward, model, x)
+    with pm.disable_trace_once():
+        jaxpr = jax.make_jaxpr(lambda m, x: forward(m, x))(model, x)
+        assert "jit" not in {e.primitive.name for e in jaxpr.eqns}
+        without = _optimized_hlo(forward, model, x)
+    assert with_reuse == without
+
+
+def test_results_with_and_without_reuse() -> None:
+    """Eager calls and jitted forward passes are bit-identical. A jitted train step agrees
+    to float32 rounding: differentiated through a nested call, a layer's input cotangent
+    is summed inside the call before it is added to the input's other uses (a residual
+    branch), so the backward pass may add in another order."""
+    model = _Net(key=jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (2, 5, 8))
+    run = lambda: (  # new functions each time: jit has no trace of them cached
+        model(x),
+        jax.jit(lambda m, x: m(x))(model, x),
+        jax.jit(lambda m, x: _train_step(m, x))(model, x),
+    )
+    eager, forward, step = run()
+    with pm.disable_trace_once():
+        eager_off, forward_off, step_off = run()
+    np.testing.assert_array_equal(eager, eager_off)
+    np.testing.assert_array_equal(forward, forward_off)
+    for a, b in zip(jax.tree.leaves(step), jax.tree.leaves(step_off), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
