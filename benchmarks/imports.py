@@ -7,6 +7,12 @@ excluded), elapsed and in CPU time. The table gives medians over rounds and the 
 ``import jax``, which every statement includes. ``python -X importtime -c "import
 pytreemod"`` shows where the time goes module by module.
 
+Two settings: the environment as it is, and with Python's bytecode cache on (``.pyc`` files
+written by a first import into a temporary ``PYTHONPYCACHEPREFIX``, as an installed package
+has them). Where ``PYTHONDONTWRITEBYTECODE`` is set and the packages are not installed,
+every fresh interpreter compiles the project's sources again, while jax and flax come
+precompiled from site-packages: the first setting then measures mostly compile time.
+
 Run: ``python -m benchmarks.imports [--rounds N]`` (prints a Markdown table).
 """
 
@@ -17,6 +23,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STATEMENTS = (
@@ -32,12 +39,16 @@ _PROBE = (
 )
 
 
-def import_seconds(statement: str) -> tuple[float, float]:
-    """Seconds ``statement`` takes in a fresh interpreter: elapsed, and CPU time."""
+def import_seconds(statement: str, cache: str | None = None) -> tuple[float, float]:
+    """Seconds ``statement`` takes in a fresh interpreter: elapsed, and CPU time. With
+    ``cache`` (a folder), bytecode is written there and read back."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
+    if cache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = cache
     done = subprocess.run(
         [sys.executable, "-c", _PROBE.format(statement)],
         cwd=ROOT,
@@ -50,30 +61,20 @@ def import_seconds(statement: str) -> tuple[float, float]:
     return float(wall), float(cpu)
 
 
-def measure(rounds: int) -> dict[str, list[tuple[float, float]]]:
+def measure(rounds: int, cache: str | None) -> dict[str, list[tuple[float, float]]]:
     """Per statement, the (elapsed, CPU) seconds of each round (statements interleaved
     within a round)."""
     times: dict[str, list[tuple[float, float]]] = {s: [] for s in STATEMENTS}
-    for statement in STATEMENTS:  # warm the file system cache once
-        import_seconds(statement)
+    for statement in STATEMENTS:  # warm the file system cache (and the bytecode cache)
+        import_seconds(statement, cache)
     for _ in range(rounds):
         for statement in STATEMENTS:
-            times[statement].append(import_seconds(statement))
+            times[statement].append(import_seconds(statement, cache))
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
-    load = os.getloadavg()[0]
-    times = measure(args.rounds)
-    end_load = os.getloadavg()[0]
-    print(
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s), Python "
-        f"{platform.python_version()}, {args.rounds} rounds, load average {load:.1f} at "
-        f"the start and {end_load:.1f} at the end\n"
-    )
+def table(times: dict[str, list[tuple[float, float]]]) -> None:
+    """Medians, elapsed and CPU, and their ratios to ``import jax``."""
     wall = {s: statistics.median(t[0] for t in runs) for s, runs in times.items()}
     cpu = {s: statistics.median(t[1] for t in runs) for s, runs in times.items()}
     print("| statement | elapsed, median (s) | / `import jax` | CPU, median (s) | / `import jax` |")
@@ -83,6 +84,31 @@ def main() -> None:
             f"| `{s}` | {wall[s]:.3f} | {wall[s] / wall['import jax']:.2f}x | {cpu[s]:.3f} | "
             f"{cpu[s] / cpu['import jax']:.2f}x |"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    load = os.getloadavg()[0]
+    no_cache = os.environ.get("PYTHONDONTWRITEBYTECODE") is not None
+    with tempfile.TemporaryDirectory() as cache:
+        as_is = measure(args.rounds, None)
+        cached = measure(args.rounds, cache)
+    end_load = os.getloadavg()[0]
+    print(
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s), Python "
+        f"{platform.python_version()}, {args.rounds} rounds, load average {load:.1f} at "
+        f"the start and {end_load:.1f} at the end\n"
+    )
+    print(
+        "### The environment as it is"
+        + (" (PYTHONDONTWRITEBYTECODE set: no bytecode cache)" if no_cache else "")
+        + "\n"
+    )
+    table(as_is)
+    print("\n### With the bytecode cache\n")
+    table(cached)
     print(
         "\nElapsed: wall-clock time of the statement; CPU: the interpreter's CPU time for it, "
         "which background load on a shared machine disturbs less."
