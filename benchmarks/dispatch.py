@@ -1,12 +1,15 @@
 """Dispatch overhead of a compiled call: raw ``jax.jit`` on a dict of arrays versus
 ``pytreemod.jit``, ``eqx.filter_jit`` and ``nnx.jit`` on the same MLP (Linear(32) layers,
-batch 8): a forward pass and an adam train step, at depth 2, 20 and 100.
+batch 8): a forward pass and an adam train step, at depth 2, 20 and 100. Then each
+documented ``pm.jit`` train-step form against raw JAX, each call awaited (blocking) and
+pipelined (asynchronous dispatch, one wait per block of calls).
 
 Run: ``python -m benchmarks.dispatch`` (prints a Markdown table).
 """
 
 import argparse
 import gc
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -170,8 +173,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 20, 100])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--forms-only", action="store_true", help="only the train-step forms table")
     args = parser.parse_args()
     print(f"Machine: {machine()}\n")
+    if args.forms_only:
+        step_forms_table(args.depths, max(args.rounds, 15))
+        collections_table(args.depths)
+        return
     print("| task | depth | leaves | raw jax.jit (µs) | pytreemod.jit | eqx.filter_jit | nnx.jit |")
     print("|---|---|---|---|---|---|---|")
     for depth in args.depths:
@@ -190,6 +198,8 @@ def main() -> None:
         "it should grow no faster than the leaf count."
     )
     overhead_table(args.depths, args.rounds)
+    step_forms_table(args.depths, max(args.rounds, 15))
+    collections_table(args.depths)
 
 
 def _amortized_us(fns: dict[str, Callable[[], Any]], steps: int, repeats: int) -> dict[str, float]:
@@ -281,6 +291,158 @@ def overhead_table(depths: list[int], rounds: int) -> None:
         "collector promotes a step's live output more often the more objects each step "
         "allocates, and the work competes with XLA's threads for two cores."
     )
+
+
+def step_forms(depth: int) -> dict[str, Callable[[], Any]]:
+    """Zero-argument adam steps, each returning its new state: raw JAX, then the train-step
+    forms pytreemod documents with ``pm.jit`` (optax on the module itself; partition and
+    combine, optax on the params dict; ``pm.TrainState``)."""
+    x = jnp.ones((BATCH, WIDTH))
+    y = jnp.zeros((BATCH, WIDTH))
+    opt = optax.adam(1e-3)
+    model, params = models(depth)
+
+    def loss(m: MLP) -> jax.Array:
+        return jnp.mean((m(x) - y) ** 2)
+
+    @jax.jit
+    def raw_step(p: Any, s: Any) -> Any:
+        value, g = jax.value_and_grad(lambda p: jnp.mean((raw_forward(p, x) - y) ** 2))(p)
+        u, s = opt.update(g, s, p)
+        return optax.apply_updates(p, u), s, value
+
+    @pm.jit
+    def module_step(m: MLP, s: Any) -> Any:
+        value, g = pm.value_and_grad(loss)(m)
+        u, s = opt.update(g, s, cast(Any, m))
+        return optax.apply_updates(cast(Any, m), u), s, value
+
+    @pm.jit
+    def partition_step(m: MLP, s: Any) -> Any:
+        structure, p, rest = pm.partition(m, "params")
+        value, g = jax.value_and_grad(lambda p: loss(pm.combine(structure, p, rest)))(p)
+        u, s = opt.update(g, s, p)
+        return pm.combine(structure, optax.apply_updates(p, u), rest), s, value
+
+    @pm.jit
+    def train_state_step(ts: Any) -> Any:
+        return ts.apply_gradients(pm.grad(loss)(ts.model))
+
+    state: dict[str, Any] = {
+        "raw": (params, opt.init(params)),
+        "module": (model, opt.init(cast(Any, model))),
+        "partition": (model, opt.init(pm.state(model, "params"))),
+        "train_state": pm.TrainState.create(model, opt),
+    }
+
+    def threaded(name: str, step: Callable[..., Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            a, s, _ = step(*state[name])
+            state[name] = (a, s)
+            return state[name]
+
+        return run
+
+    def run_train_state() -> Any:
+        state["train_state"] = train_state_step(state["train_state"])
+        return state["train_state"]
+
+    return {
+        "raw jax.jit": threaded("raw", raw_step),
+        "pm.jit, optax on the module": threaded("module", module_step),
+        "pm.jit, partition/combine": threaded("partition", partition_step),
+        "pm.jit, pm.TrainState": run_train_state,
+    }
+
+
+def _median_us(
+    fns: dict[str, Callable[[], Any]], *, calls: int, rounds: int, blocking: bool
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median microseconds per call over interleaved rounds of ``calls`` calls, wall clock
+    and CPU time of the whole process (every thread: Python, dispatch, XLA's work): each
+    call awaited (``blocking``), or dispatched back to back and awaited once per round."""
+    for fn in fns.values():
+        for _ in range(10):
+            jax.block_until_ready(fn())
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            jax.block_until_ready(fn())
+            start, start_cpu = time.perf_counter(), time.process_time()
+            if blocking:
+                for _ in range(calls):
+                    jax.block_until_ready(fn())
+            else:
+                out = None
+                for _ in range(calls):
+                    out = fn()
+                jax.block_until_ready(out)
+            wall[name].append((time.perf_counter() - start) / calls * 1e6)
+            cpu[name].append((time.process_time() - start_cpu) / calls * 1e6)
+    return (
+        {name: statistics.median(t) for name, t in wall.items()},
+        {name: statistics.median(t) for name, t in cpu.items()},
+    )
+
+
+def step_forms_table(depths: list[int], rounds: int) -> None:
+    """Every documented ``pm.jit`` step form against raw ``jax.jit``, blocking and
+    pipelined: pipelined, nothing hides Python's work behind the device's."""
+    names = list(step_forms(2))
+    print(
+        "\n### Train-step forms, blocking and pipelined\n\n"
+        "| depth | regime | clock | raw jax.jit (µs) | " + " | ".join(names[1:]) + " |\n"
+        "|---|---|---|---|" + "---|" * (len(names) - 1)
+    )
+    for depth in depths:
+        fns = step_forms(depth)
+        calls = max(20, 2000 // depth)
+        for blocking in (True, False):
+            regime = "each awaited" if blocking else "pipelined"
+            for clock, t in zip(
+                ("wall", "CPU"), _median_us(fns, calls=calls, rounds=rounds, blocking=blocking)
+            ):
+                raw = t["raw jax.jit"]
+                cells = [f"{t[n]:.1f} µs ({t[n] / raw:.2f}x)" for n in names[1:]]
+                print(f"| {depth} | {regime} | {clock} | {raw:.1f} | " + " | ".join(cells) + " |")
+    print(
+        f"\nMedian over {rounds} interleaved rounds. Each awaited: every call waits for its "
+        "result. Pipelined: calls are dispatched back to back and the round waits once at "
+        "the end, as a training loop that does not read its loss each step. Wall: elapsed "
+        "time. CPU: CPU time of the whole process (Python, dispatch and XLA's threads), "
+        "which background load on a shared machine disturbs less than elapsed time."
+    )
+
+
+def collections_table(depths: list[int], steps: int = 300) -> None:
+    """Garbage collections per 1000 pipelined steps of each step form, by generation: a
+    count, so background load does not move it. Each step allocates its output's objects
+    (arrays; for pytreemod, a module per layer and a Variable per parameter too); the more
+    a step allocates, the more often the collector runs and promotes live outputs, and
+    every 10 promotions of enough objects trigger a full collection of the whole heap."""
+    names = list(step_forms(2))
+    print(
+        "\n### Garbage collections per 1000 steps (generations 0 / 1 / 2)\n\n"
+        "| depth | " + " | ".join(names) + " |\n|---|" + "---|" * len(names)
+    )
+    for depth in depths:
+        fns = step_forms(depth)
+        cells = []
+        for fn in fns.values():
+            for _ in range(10):
+                fn()
+            jax.block_until_ready(fn())
+            gc.collect()
+            before = [g["collections"] for g in gc.get_stats()]
+            out = None
+            for _ in range(steps):
+                out = fn()
+            jax.block_until_ready(out)
+            after = [g["collections"] for g in gc.get_stats()]
+            cells.append(" / ".join(f"{(b - a) * 1000 / steps:.0f}" for a, b in zip(before, after)))
+        print(f"| {depth} | " + " | ".join(cells) + " |")
+    print(f"\nHeap: {len(gc.get_objects())} tracked objects at the end; {steps} steps each.")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """pytreemod: immutable PyTree modules for JAX, with collections, filters and axis metadata.
 
 This file only re-exports; every name is defined in a private module. The core (modules,
-variables, filters, partitioning, transforms) is imported with the package; what a program
+variables, filters, partitioning, ``jit``) is imported with the package; what a program
 may never touch is imported on first access (PEP 562 ``__getattr__``): ``pm.nn`` (its
-layers and ops), checkpoints (safetensors), ``tabulate`` (rich), ``TrainState`` and
-``trace_once``. Type checkers read the same names from the ``TYPE_CHECKING`` block.
+layers and ops), checkpoints (safetensors), ``tabulate`` (rich), ``TrainState``,
+``trace_once``, the transforms other than ``jit`` (``grad``, ``vmap``, ``scan``, ...) and
+the sharding helpers. Type checkers read the same names from the ``TYPE_CHECKING`` block.
 ``tests/test_imports.py`` keeps ``import pytreemod`` free of the heavy optional modules.
 """
 
@@ -72,36 +73,8 @@ from ._partition import state as state
 from ._partition import structure_of as structure_of
 from ._partition import to_variables as to_variables
 from ._repr import tree_pformat as tree_pformat
-from ._sharding import LogicallyPartitioned as LogicallyPartitioned
-from ._sharding import LogicalRules as LogicalRules
-from ._sharding import MeshAxes as MeshAxes
-from ._sharding import RulesFallback as RulesFallback
-from ._sharding import get_logical_axis_rules as get_logical_axis_rules
-from ._sharding import get_partition_spec as get_partition_spec
-from ._sharding import get_sharding as get_sharding
-from ._sharding import logical_axis_rules as logical_axis_rules
-from ._sharding import logical_to_mesh as logical_to_mesh
-from ._sharding import logical_to_mesh_axes as logical_to_mesh_axes
-from ._sharding import logical_to_mesh_sharding as logical_to_mesh_sharding
-from ._sharding import set_logical_axis_rules as set_logical_axis_rules
-from ._sharding import shard as shard
-from ._sharding import with_logical_constraint as with_logical_constraint
-from ._sharding import with_logical_partitioning as with_logical_partitioning
 from ._state import apply as apply
 from ._state import is_mutable as is_mutable
-from ._transforms import Carry as Carry
-from ._transforms import DiffState as DiffState
-from ._transforms import StateAxes as StateAxes
-from ._transforms import checkpoint as checkpoint
-from ._transforms import cond as cond
-from ._transforms import eval_shape as eval_shape
-from ._transforms import grad as grad
-from ._transforms import remat as remat
-from ._transforms import scan as scan
-from ._transforms import switch as switch
-from ._transforms import value_and_grad as value_and_grad
-from ._transforms import vmap as vmap
-from ._transforms import while_loop as while_loop
 from ._tree import format_path as format_path
 from ._tree import is_array as is_array
 from ._tree import is_inexact_array as is_inexact_array
@@ -127,6 +100,35 @@ _LAZY: dict[str, str] = {
     "trace_once": "._trace_cache",
     "disable_trace_once": "._trace_cache",
     "TrainState": "._train_state",
+    # Transforms and sharding: a program that never calls them never imports them.
+    "LogicalRules": "._sharding",
+    "LogicallyPartitioned": "._sharding",
+    "MeshAxes": "._sharding",
+    "RulesFallback": "._sharding",
+    "get_logical_axis_rules": "._sharding",
+    "get_partition_spec": "._sharding",
+    "get_sharding": "._sharding",
+    "logical_axis_rules": "._sharding",
+    "logical_to_mesh": "._sharding",
+    "logical_to_mesh_axes": "._sharding",
+    "logical_to_mesh_sharding": "._sharding",
+    "set_logical_axis_rules": "._sharding",
+    "shard": "._sharding",
+    "with_logical_constraint": "._sharding",
+    "with_logical_partitioning": "._sharding",
+    "DiffState": "._transforms_autodiff",
+    "grad": "._transforms_autodiff",
+    "value_and_grad": "._transforms_autodiff",
+    "Carry": "._transforms_axes",
+    "StateAxes": "._transforms_axes",
+    "checkpoint": "._transforms_control",
+    "cond": "._transforms_control",
+    "eval_shape": "._transforms_control",
+    "remat": "._transforms_control",
+    "switch": "._transforms_control",
+    "while_loop": "._transforms_control",
+    "vmap": "._transforms_map",
+    "scan": "._transforms_scan",
 }
 
 if _typing.TYPE_CHECKING:
@@ -134,10 +136,38 @@ if _typing.TYPE_CHECKING:
     from ._checkpoint import load as load
     from ._checkpoint import save as save
     from ._checkpoint_sharded import abstract as abstract
+    from ._sharding import LogicallyPartitioned as LogicallyPartitioned
+    from ._sharding import LogicalRules as LogicalRules
+    from ._sharding import MeshAxes as MeshAxes
+    from ._sharding import RulesFallback as RulesFallback
+    from ._sharding import get_logical_axis_rules as get_logical_axis_rules
+    from ._sharding import get_partition_spec as get_partition_spec
+    from ._sharding import get_sharding as get_sharding
+    from ._sharding import logical_axis_rules as logical_axis_rules
+    from ._sharding import logical_to_mesh as logical_to_mesh
+    from ._sharding import logical_to_mesh_axes as logical_to_mesh_axes
+    from ._sharding import logical_to_mesh_sharding as logical_to_mesh_sharding
+    from ._sharding import set_logical_axis_rules as set_logical_axis_rules
+    from ._sharding import shard as shard
+    from ._sharding import with_logical_constraint as with_logical_constraint
+    from ._sharding import with_logical_partitioning as with_logical_partitioning
     from ._tabulate import tabulate as tabulate
     from ._trace_cache import disable_trace_once as disable_trace_once
     from ._trace_cache import trace_once as trace_once
     from ._train_state import TrainState as TrainState
+    from ._transforms_autodiff import DiffState as DiffState
+    from ._transforms_autodiff import grad as grad
+    from ._transforms_autodiff import value_and_grad as value_and_grad
+    from ._transforms_axes import Carry as Carry
+    from ._transforms_axes import StateAxes as StateAxes
+    from ._transforms_control import checkpoint as checkpoint
+    from ._transforms_control import cond as cond
+    from ._transforms_control import eval_shape as eval_shape
+    from ._transforms_control import remat as remat
+    from ._transforms_control import switch as switch
+    from ._transforms_control import while_loop as while_loop
+    from ._transforms_map import vmap as vmap
+    from ._transforms_scan import scan as scan
 
 
 def __getattr__(name: str) -> object:

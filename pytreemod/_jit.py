@@ -212,8 +212,12 @@ def _children(
     data = treedef.node_data()
     children = treedef.children()
     if data[0] is dict:
-        items = [(k, c, f"{expr}[{const(k)}]") for k, c in zip(data[1], children)]
-        return items, f"{expr}.keys() == {const(frozenset(data[1]))}"
+        names = [const(k) for k in data[1]]
+        items = [(k, c, f"{expr}[{n}]") for k, c, n in zip(data[1], children, names)]
+        # Same length and every key present: the same keys (cheaper than comparing views).
+        return items, " and ".join(
+            [f"len({expr}) == {len(names)}", *(f"{n} in {expr}" for n in names)]
+        )
     items = [(i, c, f"{expr}[{i}]") for i, c in enumerate(children)]
     return items, f"len({expr}) == {len(children)}"
 
@@ -228,6 +232,7 @@ class _TestWriter:
         live = [r() for r in last.items]
         self.in_last = {id(o): j for j, o in enumerate(live) if o is not None}
         self.uses_last = False
+        self.locals = 0  # containers bound to a local (x0, x1, ...) by the test
 
     def const(self, value: Any) -> str:
         name = f"k{len(self.consts)}"
@@ -259,13 +264,17 @@ class _TestWriter:
             return True
         if not _is_container(typ) or type(obj) is not typ:
             return False
+        # The container is read once into a local; its children are read from that.
+        var = f"x{self.locals}"
+        self.locals += 1
         if treedef.num_nodes > _PURE_INLINE and _is_pure(treedef):
             self.conds.append(
-                f"type({expr}) is {self.const(typ)} and _pure_ok({expr}, {self.const(treedef)})"
+                f"type({var} := {expr}) is {self.const(typ)} "
+                f"and _pure_ok({var}, {self.const(treedef)})"
             )
             return True
-        self.conds.append(f"type({expr}) is {self.const(typ)}")
-        items, shape = _children(treedef, expr, self.const)
+        self.conds.append(f"type({var} := {expr}) is {self.const(typ)}")
+        items, shape = _children(treedef, var, self.const)
         self.conds.append(shape)
         return all(self.node(obj[k], c, e) for k, c, e in items)
 

@@ -47,6 +47,9 @@ def test_import_pytreemod_leaves_nn_to_first_use() -> None:
     loaded = _loaded_after("import pytreemod", ("pytreemod",))
     assert "pytreemod._module" in loaded  # the core is there
     assert not [m for m in loaded if m.startswith("pytreemod.nn")]
+    assert not [m for m in loaded if m.startswith(("pytreemod._transforms", "pytreemod._sharding"))]
+    loaded = _loaded_after("import pytreemod as pm; pm.scan", ("pytreemod",))
+    assert "pytreemod._transforms_scan" in loaded and "pytreemod._sharding" not in loaded
     loaded = _loaded_after("import pytreemod as pm; pm.nn.Linear", ("pytreemod",))
     assert "pytreemod.nn._linear" in loaded
 
@@ -75,6 +78,11 @@ def test_lazy_names_resolve_to_their_definitions() -> None:
 
     assert pm.save is _checkpoint.save and pm.load is _checkpoint.load
     assert pm.tabulate is _tabulate.tabulate and pm.TrainState is _train_state.TrainState
+    from pytreemod import _sharding, _transforms
+
+    assert pm.grad is _transforms.grad and pm.vmap is _transforms.vmap
+    assert pm.scan is _transforms.scan and pm.StateAxes is _transforms.StateAxes
+    assert pm.shard is _sharding.shard and pm.LogicalRules is _sharding.LogicalRules
     assert {"nn", "save", "TrainState", "Module"} <= set(dir(pm))
     assert adapters.linen.Dense is not None and "nnx" in dir(adapters)
 

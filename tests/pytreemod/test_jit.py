@@ -555,6 +555,23 @@ def test_batch_dict_of_arrays_takes_fast_path(getkey: Callable[[], jax.Array]) -
     assert slow() == 2
 
 
+def test_dict_with_other_keys_leaves_the_fast_path(getkey: Callable[[], jax.Array]) -> None:
+    # A learned pattern recognises a dict by its length and keys: a dict of the same
+    # length with another key is checked (and traced) again, not passed through.
+    f = pm.jit(lambda m, batch: {k: m(v) for k, v in batch.items()})
+    slow = _slow_calls(f)
+    m = Linear(2, 2, key=getkey())
+    for _ in range(2):
+        assert sorted(f(m, {"a": _x(), "b": _x()})) == ["a", "b"]
+    assert slow() == 1
+    out = f(m, {"a": _x(), "c": _x() * 2})
+    assert sorted(out) == ["a", "c"]
+    np.testing.assert_allclose(out["c"], m(_x() * 2), rtol=1e-6)
+    assert slow() == 2
+    assert sorted(f(m, {"a": _x(), "b": _x(), "c": _x()})) == ["a", "b", "c"]
+    assert slow() == 3
+
+
 def test_same_model_passed_twice_after_fast_path_stays_tied(
     getkey: Callable[[], jax.Array],
 ) -> None:
