@@ -23,9 +23,9 @@ from ._ops_common import promote_dtype
 def _add_bias(y: jax.Array, bias: AnyArray | None) -> jax.Array:
     if bias is None:
         return y
-    bias = match_trailing(bias, y)
+    b: Any = match_trailing(bias, y)
     # Explicit broadcast (rank promotion may be "raise"), as Flax writes it.
-    return y + jnp.reshape(bias, (1,) * (y.ndim - bias.ndim) + bias.shape)
+    return y + jnp.reshape(b, (1,) * (y.ndim - b.ndim) + b.shape)
 
 
 DotGeneral = Callable[..., Any]
@@ -203,7 +203,7 @@ def embed(
     with sharding_errors("embed", embedding=embedding, ids=ids):
         # jnp.take's semantics (negative ids count from the end, ids past the end give
         # NaN rows) with the output sharding stated.
-        return embedding.at[ids].get(mode="fill", **kw)
+        return jnp.asarray(embedding).at[ids].get(mode="fill", **kw)
 
 
 @checked
