@@ -12,6 +12,7 @@ from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
 from .._sharding_rules import (
     constrain,
     contraction,
+    einsum_contraction,
     gather_rows,
     match_trailing,
     out_kwargs,
@@ -275,7 +276,8 @@ def einsum_dense(
     """
     equation = equation.replace(" ", "")
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
-    kw = out_kwargs(out_sharding, None, x, kernel)
+    x, kernel, derived = einsum_contraction(equation, x, kernel, op="einsum_dense")
+    kw = out_kwargs(out_sharding, derived, x, kernel)
     with sharding_errors("einsum_dense", x=x, kernel=kernel):
         y = jnp.einsum(
             equation,
