@@ -194,6 +194,44 @@ def contraction(
     return x, kernel, NamedSharding(mesh, spec_of(out))
 
 
+def einsum_contraction(
+    equation: str, x: Any, kernel: Any, *, op: str
+) -> tuple[Any, Any, NamedSharding | None]:
+    """``contraction`` for ``jnp.einsum(equation, x, kernel)`` (two operands, explicit
+    output, each label once per operand): labels in both operands and the output are
+    batch dimensions, labels in both and not in the output are contracted. The output
+    sharding is in the equation's output order. ``None`` for other equations (JAX's own
+    einsum rule decides) and off Explicit meshes."""
+    ins, _, out = equation.partition("->")
+    parts = ins.split(",")
+    if "..." in equation or len(parts) != 2 or not out:
+        return x, kernel, None
+    xl, kl = parts
+    if len(set(xl)) != len(xl) or len(set(kl)) != len(kl) or len(xl) != x.ndim:
+        return x, kernel, None
+    mesh = explicit_mesh(x, kernel)
+    if mesh is None or len(kl) != kernel.ndim:
+        return x, kernel, None
+    _check_mesh(mesh, op, {"x": x, "kernel": kernel})
+    shared = [c for c in xl if c in kl]
+    batch = [c for c in shared if c in out]
+    contract = [c for c in shared if c not in out]
+    xs, ks, dot_out = _contract(
+        entries(x),
+        entries(kernel),
+        [xl.index(c) for c in contract],
+        [kl.index(c) for c in contract],
+        [xl.index(c) for c in batch],
+        [kl.index(c) for c in batch],
+    )
+    order = batch + [c for c in xl if c not in kl] + [c for c in kl if c not in xl]
+    if sorted(order) != sorted(out):  # a label summed out of one operand alone
+        return x, kernel, None
+    by_label = dict(zip(order, dot_out))
+    x, kernel = reshard(x, mesh, xs), reshard(kernel, mesh, ks)
+    return x, kernel, NamedSharding(mesh, spec_of([by_label[c] for c in out]))
+
+
 def _size(mesh: Any, axes: Sequence[str]) -> int:
     n = 1
     for a in axes:

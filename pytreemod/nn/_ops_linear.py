@@ -12,6 +12,7 @@ from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
 from .._sharding_rules import (
     constrain,
     contraction,
+    einsum_contraction,
     gather_rows,
     match_trailing,
     out_kwargs,
@@ -23,9 +24,9 @@ from ._ops_common import promote_dtype
 def _add_bias(y: jax.Array, bias: AnyArray | None) -> jax.Array:
     if bias is None:
         return y
-    bias = match_trailing(bias, y)
+    b: Any = match_trailing(bias, y)
     # Explicit broadcast (rank promotion may be "raise"), as Flax writes it.
-    return y + jnp.reshape(bias, (1,) * (y.ndim - bias.ndim) + bias.shape)
+    return y + jnp.reshape(b, (1,) * (y.ndim - b.ndim) + b.shape)
 
 
 DotGeneral = Callable[..., Any]
@@ -203,7 +204,7 @@ def embed(
     with sharding_errors("embed", embedding=embedding, ids=ids):
         # jnp.take's semantics (negative ids count from the end, ids past the end give
         # NaN rows) with the output sharding stated.
-        return embedding.at[ids].get(mode="fill", **kw)
+        return jnp.asarray(embedding).at[ids].get(mode="fill", **kw)
 
 
 @checked
@@ -275,7 +276,8 @@ def einsum_dense(
     """
     equation = equation.replace(" ", "")
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
-    kw = out_kwargs(out_sharding, None, x, kernel)
+    x, kernel, derived = einsum_contraction(equation, x, kernel, op="einsum_dense")
+    kw = out_kwargs(out_sharding, derived, x, kernel)
     with sharding_errors("einsum_dense", x=x, kernel=kernel):
         y = jnp.einsum(
             equation,

@@ -331,7 +331,7 @@ def group_norm(
     # On an Explicit mesh: channels sharded over a mesh axis that divides the groups are
     # grouped shard by shard (each device holds whole groups); otherwise gathered first.
     x, split = split_last(x, groups)
-    kw = {} if split is None else {"out_sharding": split}
+    kw: dict[str, Any] = {} if split is None else {"out_sharding": split}
     grouped = jnp.reshape(x, (*x.shape[:-1], groups, group_size), **kw)
     if mask is not None:
         mask = jnp.broadcast_to(mask, x.shape).reshape(grouped.shape)

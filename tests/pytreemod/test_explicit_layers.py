@@ -380,3 +380,23 @@ def test_operands_on_two_meshes_are_a_sharding_error() -> None:
         r"'model': 4\}\. Fix: place every parameter and input on one mesh",
     ):
         placed(x)
+
+
+@pytest.mark.parametrize(
+    ("equation", "kernel_spec", "expected"),
+    [
+        ("btd,dhk->bthk", P("model"), P("data")),  # row parallel: reduced
+        ("btd,dhk->bhtk", P(None, None, "model"), P("data", None, None, "model")),
+        ("btd,dhk->bthk", P("data", None, "model"), P("data", None, None, "model")),  # FSDP
+    ],
+)
+def test_einsum_dense_derives_its_output_sharding(
+    equation: str, kernel_spec: P, expected: P
+) -> None:
+    x, kernel, bias = _x(4, 6, 8), _x(8, 2, 4), jnp.ones((2, 4))
+    ref = F.einsum_dense(x, kernel, bias, equation=equation)
+    with jax.set_mesh(_mesh()):
+        sx, sk = jax.device_put(x, P("data")), jax.device_put(kernel, kernel_spec)
+        y = jax.jit(lambda x, k: F.einsum_dense(x, k, bias, equation=equation))(sx, sk)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    assert _spec(y) == expected
