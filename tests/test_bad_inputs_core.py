@@ -51,7 +51,7 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "scan-length",
         lambda: pm.scan(lambda c, x: (c, x), length=3)(jnp.zeros(()), jnp.ones(5)),
         pm.TransformError,
-        r"args\[1\] has length 5 along its scanned axis but the scan length is 3",
+        r"length=3 but argument `x` \(positional 1\) has 5 along the scanned axis",
     ),
     (
         "scan-xs-lengths",
@@ -59,7 +59,7 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
             jnp.zeros(()), jnp.ones(5), jnp.ones(4)
         ),
         pm.TransformError,
-        r"args\[2\] has length 4",
+        r"argument `x` \(positional 1\) has 5, argument `y` \(positional 2\) has 4",
     ),
     (
         "scan-out-axes",
@@ -346,7 +346,7 @@ def test_vmap_shape_checks_accept_negative_and_broadcast_axes() -> None:
 
 def test_scanning_over_a_scalar_names_the_argument() -> None:
     with pytest.raises(
-        pm.TransformError, match=r"scan: args\[1\] is a scalar, which has no axis 0 to scan"
+        pm.TransformError, match=r"scan: argument `x` \(positional 1\) is a scalar, which has no axis 0 to scan"
     ):
         pm.scan(lambda c, x: (c, x))(jnp.zeros(()), jnp.ones(()))
 
