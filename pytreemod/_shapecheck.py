@@ -148,8 +148,10 @@ def number_slots(fn: Callable[..., Any]) -> NumberSlots | None:
 def _as_python(value: Any) -> Any:
     if isinstance(value, np.generic) and not isinstance(value, np.bool_):
         return value.item()
-    if type(value) in (tuple, list) and any(isinstance(v, np.generic) for v in value):
-        return type(value)(_as_python(v) for v in value)
+    if type(value) in (tuple, list):
+        items: Any = value
+        if any(isinstance(v, np.generic) for v in items):
+            return type(items)(_as_python(v) for v in items)
     return value
 
 

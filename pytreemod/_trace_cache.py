@@ -117,6 +117,7 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any])
     dynamic: list[Any] = []
     traced = False
     parts: list[Any] = [fn, treedef, get_logical_axis_rules()]  # layers resolve names by them
+    key: tuple[Any, ...] = ()
     try:
         for leaf in leaves:
             if isinstance(leaf, jax.Array):

@@ -346,7 +346,8 @@ def test_vmap_shape_checks_accept_negative_and_broadcast_axes() -> None:
 
 def test_scanning_over_a_scalar_names_the_argument() -> None:
     with pytest.raises(
-        pm.TransformError, match=r"scan: argument `x` \(positional 1\) is a scalar, which has no axis 0 to scan"
+        pm.TransformError,
+        match=r"scan: argument `x` \(positional 1\) is a scalar, which has no axis 0 to scan",
     ):
         pm.scan(lambda c, x: (c, x))(jnp.zeros(()), jnp.ones(()))
 

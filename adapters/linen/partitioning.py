@@ -239,7 +239,7 @@ def _tree_map_axes(fn: Callable[[AxisMetadata], Any], tree: Any) -> Any:
 
 def _is_mutable(axis_col: str) -> bool:
     last = _module._context.module_stack[-1]
-    return last.is_mutable_collection(axis_col) if last else True
+    return last.is_mutable_collection(axis_col) if last else True  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _add_axis_to_metadata(fn: Any, axis_pos: Any, axis_name: str, axis_col: str) -> Any:

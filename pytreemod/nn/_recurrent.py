@@ -8,7 +8,7 @@ Linen cell. The step math is ``pytreemod.nn.functional``'s (``lstm_cell``...).
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -248,6 +248,9 @@ class OptimizedLSTMCell(LSTMCell):
     >>> y.shape  # (*batch, hidden_features)
     (2, 4)
     """
+
+    if TYPE_CHECKING:  # the inherited constructor, not one synthesised from the fields
+        __init__ = LSTMCell.__init__
 
     @trace_once
     @checked

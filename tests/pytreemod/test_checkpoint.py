@@ -536,6 +536,7 @@ def test_a_changed_tensor_byte_names_the_file_and_the_path(ckpt: str) -> None:
 def test_a_changed_header_byte_is_found_even_in_the_padding(ckpt: str) -> None:
     """A tab for a space of the header's padding is valid JSON still: only the header's
     checksum tells."""
+    raw, size, model = bytearray(), 0, {}
     for name in ("w" * n for n in range(1, 9)):  # one of 8 lengths leaves some padding
         model = {name: pm.Param(jnp.ones(3))}
         pm.save(ckpt, model)
@@ -549,7 +550,7 @@ def test_a_changed_header_byte_is_found_even_in_the_padding(ckpt: str) -> None:
         pm.load(ckpt, model)
 
 
-def _rewritten(ckpt: str, meta_edit: Callable[[dict[str, str]], None]) -> None:
+def _rewritten(ckpt: str, meta_edit: Callable[[dict[str, str]], object]) -> None:
     """Read the file with safetensors and write it back with it, metadata edited."""
     with safe_open(ckpt, framework="np") as f:
         meta = f.metadata()

@@ -333,7 +333,7 @@ def test_a_super_call_is_one_row() -> None:
         def __init__(self, n_in: int, n_out: int, *, key: jax.Array) -> None:
             super().__init__(n_in, n_out, key=key)
 
-        def __call__(self, x: Any) -> Any:
+        def __call__(self, x: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
             return 2 * super().__call__(x)
 
     class Wrap(pm.Module):

@@ -428,7 +428,7 @@ class Module(ModuleBase, _ApplyMixin):
         modules = {
             n: CompactNameScope(
                 getattr(type(self), n).inner_fun,  # type: ignore[call-arg]
-                ref,
+                ref,  # pyright: ignore[reportArgumentType]  # called, it gives the module
                 parent=None,
                 name=n,
             )
