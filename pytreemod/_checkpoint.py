@@ -9,7 +9,9 @@ directory, flushed, then renamed over the target.
 ``load`` reads the header, checks the whole file against the ``like`` tree (a real model
 or an ``eval_shape`` skeleton) and only then reads the tensors and builds a new tree.
 A file is untrusted: nothing in it is imported, evaluated or unpickled, and any problem
-is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file.
+is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file. A plain
+safetensors file (no pytreemod metadata) is read as one whose tensors are named as
+``save`` names them, with no checksums, boxes or collections (``_raw_header``).
 """
 
 import contextlib
@@ -285,7 +287,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
     checksum (``save`` writes XXH3 checksums of every tensor and of the header) is
     verified as it is read, before anything is returned: a changed byte anywhere in the
     file is a ``CheckpointFormatError`` naming the file and the tensor's path. Files
-    written before checksums existed load unchecked. Variables the file
+    written before checksums existed load unchecked, and so does a plain safetensors file
+    (no pytreemod metadata, as ``safetensors.numpy.save_file`` writes) whose tensors have
+    the names ``checkpoint_keys(like)`` lists: shapes and dtypes are checked, values take
+    ``like``'s boxes and ties, and a changed data byte goes unnoticed. Variables the file
     ties together come back as one Variable even where ``like`` has separate ones of the
     same type (``jax.eval_shape`` and ``jax.tree.map`` rebuild every place separately);
     a bare array (not in a Variable) matches an entry of any collection.
