@@ -312,8 +312,9 @@ def parse_header(
     if not metadata or metadata.get("format") != FORMAT or FORMAT not in metadata:
         raise CheckpointFormatError(
             f"{file}: no pytreemod header (the safetensors metadata has no "
-            f"'format': '{FORMAT}' entry). It was not written by pytreemod.save; read it with "
-            "safetensors directly."
+            f"'format': '{FORMAT}' entry), though it mentions pytreemod or a checksum: a "
+            "damaged pytreemod.save file, or metadata another program wrote. Nothing was "
+            "loaded; a plain safetensors file must have no such metadata to load unverified."
         )
     try:
         doc = json.loads(metadata[FORMAT])

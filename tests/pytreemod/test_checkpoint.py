@@ -526,7 +526,11 @@ def test_plain_safetensors_file_with_a_tied_place_twice(ckpt: str) -> None:
 
 def test_metadata_naming_pytreemod_is_never_taken_as_plain(ckpt: str) -> None:
     safetensors.numpy.save_file({"w": np.ones(2, np.float32)}, ckpt, metadata={"pytreemod": "{}"})
-    with pytest.raises(pm.CheckpointFormatError, match=r"no pytreemod header"):
+    with pytest.raises(
+        pm.CheckpointFormatError,
+        match=r"no pytreemod header \(the safetensors metadata has no 'format': 'pytreemod' "
+        r"entry\), though it mentions pytreemod or a checksum: a damaged pytreemod\.save file",
+    ):
         pm.load(ckpt, {"w": jnp.ones(2)})
 
 

@@ -6,7 +6,8 @@ bit for bit, with the same ties, whether ``like`` is the model itself or its
 ``eval_shape`` skeleton. Fuzzing: any damage to a valid file (a changed byte anywhere,
 a cut) is a ``CheckpointFormatError`` naming the file, found by the checksums; crafted
 headers with valid checksums end in a loaded model of the right structure or a
-``CheckpointError`` naming the file, never another exception.
+``CheckpointError`` naming the file, never another exception. A plain safetensors file
+has no checksums: only damage to its header and length is fuzzed.
 """
 
 import json
