@@ -94,6 +94,7 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "nn": ".nn",
     "load": "._checkpoint",
+    "checkpoint_keys": "._checkpoint",
     "save": "._checkpoint",
     "abstract": "._checkpoint_sharded",
     "tabulate": "._tabulate",
@@ -133,6 +134,7 @@ _LAZY: dict[str, str] = {
 
 if _typing.TYPE_CHECKING:
     from . import nn as nn
+    from ._checkpoint import checkpoint_keys as checkpoint_keys
     from ._checkpoint import load as load
     from ._checkpoint import save as save
     from ._checkpoint_sharded import abstract as abstract

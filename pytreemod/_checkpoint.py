@@ -9,10 +9,13 @@ directory, flushed, then renamed over the target.
 ``load`` reads the header, checks the whole file against the ``like`` tree (a real model
 or an ``eval_shape`` skeleton) and only then reads the tensors and builds a new tree.
 A file is untrusted: nothing in it is imported, evaluated or unpickled, and any problem
-is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file.
+is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file. A plain
+safetensors file (no pytreemod metadata) is read as one whose tensors are named as
+``save`` names them, with no checksums, boxes or collections (``_raw_header``).
 """
 
 import contextlib
+import functools
 import os
 import secrets
 from collections.abc import Callable, Mapping
@@ -203,6 +206,25 @@ def save(path: PathLike, tree: Any, *, sync: bool = True) -> None:
     _atomic_write(path, tensors, header.to_metadata, sync)
 
 
+def checkpoint_keys(tree: Any) -> list[str]:
+    """The tensor names ``save`` gives ``tree``'s values, in the tree's order.
+
+    Each is the path's keys joined by dots (``blocks.3.mlp.kernel``; a dot inside a key
+    is escaped as ``\\.``); a tied Variable is stored once, under its first place. These
+    are the names ``load`` expects in a plain safetensors file (one without pytreemod's
+    header), such as one written by ``safetensors.numpy.save_file``:
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> w = pm.Param(jnp.ones(3))
+    >>> pm.checkpoint_keys({"enc": [w, pm.BatchStat(jnp.zeros(2))], "dec": w})
+    ['dec', 'enc.1']
+    """
+    structure, _ = _split(tree)
+    keys = _keys(structure, "checkpoint_keys(tree)")
+    return [k for k, alias in zip(keys, structure.alias) if alias is None]
+
+
 def _atomic_write(
     path: str,
     tensors: dict[str, np.ndarray],
@@ -265,7 +287,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
     checksum (``save`` writes XXH3 checksums of every tensor and of the header) is
     verified as it is read, before anything is returned: a changed byte anywhere in the
     file is a ``CheckpointFormatError`` naming the file and the tensor's path. Files
-    written before checksums existed load unchecked. Variables the file
+    written before checksums existed load unchecked, and so does a plain safetensors file
+    (no pytreemod metadata, as ``safetensors.numpy.save_file`` writes) whose tensors have
+    the names ``checkpoint_keys(like)`` lists: shapes and dtypes are checked, values take
+    ``like``'s boxes and ties, and a changed data byte goes unnoticed. Variables the file
     ties together come back as one Variable even where ``like`` has separate ones of the
     same type (``jax.eval_shape`` and ``jax.tree.map`` rebuild every place separately);
     a bare array (not in a Variable) matches an entry of any collection.
@@ -289,9 +314,13 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
             names = list(f.keys())
             shapes = {n: _slice_info(f, n) for n in names}
             metadata = f.metadata()
-            checked = metadata is not None and cfile.verify_header(path, metadata)
-            header = fmt.parse_header(metadata, shapes, path, header_checked=checked)
-            selected, ties = _check(path, structure, values, keys, header, pred)
+            raw = fmt.is_raw(metadata)
+            if raw:
+                header = _raw_header(path, structure, keys, shapes)
+            else:
+                checked = metadata is not None and cfile.verify_header(path, metadata)
+                header = fmt.parse_header(metadata, shapes, path, header_checked=checked)
+            selected, ties = _check(path, structure, values, keys, header, pred, raw=raw)
             loaded = {  # placed one by one: one host copy at a time
                 slot: _place(_read(f, path, header.entries[keys[slot]]), _peel(values[slot])[1])
                 for slot in selected
@@ -314,11 +343,54 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
             out.append(None)
         elif slot in loaded:
             boxes, _ = _peel(value)
+            if raw:  # no records: like's boxes, around the loaded value
+                out.append(
+                    functools.reduce(lambda v, b: b.replace_boxed(v), boxes[::-1], loaded[slot])
+                )
+                continue
             records = header.entries[keys[slot]].boxes
             out.append(_rebox(path, where(slot), records, boxes, loaded[slot]))
         else:
             out.append(value.value if isinstance(value, Variable) else value)
     return _build(structure, out)
+
+
+def _raw_header(
+    path: str,
+    structure: Structure,
+    keys: list[str],
+    tensors: Mapping[str, tuple[str, tuple[int, ...]]],
+) -> fmt.Header:
+    """The header of a plain safetensors file (no pytreemod metadata): each tensor as a
+    native entry of its own dtype (its safetensors code where NumPy has none), no boxes,
+    no collection; ``like``'s ties as the file's, since a tied Variable is stored once."""
+    entries = {
+        name: fmt.Entry(
+            key=name,
+            path=(name,),
+            collection="",
+            variable=None,
+            dtype=fmt.NATIVE_CODES.get(code, code),
+            shape=shape,
+            encoding="native",
+            key_impl=None,
+            boxes=(),
+        )
+        for name, (code, shape) in tensors.items()
+    }
+    aliases: dict[str, fmt.Alias] = {}
+    for slot, first in enumerate(structure.alias):
+        if first is None:
+            continue
+        if keys[slot] in entries:
+            raise CheckpointMismatchError(
+                f"{path!r}: {format_path(structure.paths[slot])} shares the Variable of "
+                f"{format_path(structure.paths[first])} in the model, but the file has a "
+                f"tensor {keys[slot]!r} of its own. pytreemod stores a tied Variable once, "
+                f"under {keys[first]!r}; remove the tensor {keys[slot]!r} from the file."
+            )
+        aliases[keys[slot]] = fmt.Alias(keys[slot], _plain(structure, slot), keys[first])
+    return fmt.Header(entries, aliases)
 
 
 def _slice_info(f: Any, name: str) -> tuple[str, tuple[int, ...]]:
@@ -346,6 +418,8 @@ def _check(
     keys: list[str],
     header: fmt.Header,
     pred: Any,
+    *,
+    raw: bool = False,
 ) -> tuple[list[int], dict[int, int]]:
     """Every difference between the file and ``like``. Returns the slots to read, and the
     slots the file ties to another slot where ``like`` has separate Variables (as in a
@@ -355,6 +429,7 @@ def _check(
     used: set[str] = set()
     ties: dict[int, int] = {}
     everything = isinstance(pred, Everything)
+    unnamed = False  # a path missing in the file, or a tensor with no place
     slot_of = {keys[s]: s for s in range(len(keys)) if structure.alias[s] is None}
     for slot, value in enumerate(values):
         key = keys[slot]
@@ -380,6 +455,7 @@ def _check(
             problems.append(
                 f"{at} is missing in the file (collection {structure.collection(slot)!r})"
             )
+            unnamed = True
             continue
         if alias is not None:
             target = slot_of.get(alias.of)
@@ -409,12 +485,20 @@ def _check(
     if everything:
         extra = sorted(set(header.entries) - used) + sorted(set(header.aliases) - used)
         problems += [f"the file's entry {k!r} has no place in the model" for k in extra]
+        unnamed = unnamed or bool(extra)
     if problems:
         shown = "; ".join(problems[:6])
         more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
+        hint = ""
+        if raw and unnamed and slot_of:
+            hint = (
+                " It is a plain safetensors file (no pytreemod header): its tensors must "
+                f"have the names pm.save gives them (such as {next(iter(slot_of))!r}; "
+                "pm.checkpoint_keys(model) lists them all)."
+            )
         raise CheckpointMismatchError(
             f"{path!r} does not fit the model: {shown}{more}. Load into a model built with "
-            "the saved configuration, or select a subset with filter=."
+            f"the saved configuration, or select a subset with filter=.{hint}"
         )
     return selected, ties
 

@@ -171,6 +171,16 @@ class Header:
         return {"format": FORMAT, FORMAT: json.dumps(doc, allow_nan=False)}
 
 
+def is_raw(metadata: Mapping[str, str] | None) -> bool:
+    """A plain safetensors file: its metadata mentions neither pytreemod nor a checksum.
+
+    A ``pm.save`` file names pytreemod in three places and ``xxh3_64`` once per tensor and
+    once for the header, so a damaged one never passes for a raw file.
+    """
+    items = (metadata or {}).items()
+    return not any(m in t for k, v in items for t in (k, v) for m in (FORMAT, "xxh3_64"))
+
+
 def tensor_key(path: tuple[Any, ...]) -> str:
     """The tensor name of a path: components joined by dots (``blocks.3.mlp.kernel``).
 
@@ -302,8 +312,9 @@ def parse_header(
     if not metadata or metadata.get("format") != FORMAT or FORMAT not in metadata:
         raise CheckpointFormatError(
             f"{file}: no pytreemod header (the safetensors metadata has no "
-            f"'format': '{FORMAT}' entry). It was not written by pytreemod.save; read it with "
-            "safetensors directly."
+            f"'format': '{FORMAT}' entry), though it mentions pytreemod or a checksum: a "
+            "damaged pytreemod.save file, or metadata another program wrote. Nothing was "
+            "loaded; a plain safetensors file must have no such metadata to load unverified."
         )
     try:
         doc = json.loads(metadata[FORMAT])

@@ -466,9 +466,71 @@ def test_load_of_a_missing_file(tmp_path: pathlib.Path) -> None:
         pm.load(tmp_path / "nope.safetensors", {})
 
 
-def test_foreign_safetensors_file_is_rejected(ckpt: str) -> None:
-    safetensors.numpy.save_file({"w": np.ones(2, np.float32)}, ckpt)
-    with pytest.raises(pm.CheckpointFormatError, match=r"no pytreemod header"):
+def test_plain_safetensors_file_loads_by_pytreemod_names(ckpt: str) -> None:
+    """A file from safetensors' own save_file loads, unverified, into like's boxes and ties."""
+    like = make_net(seed=1)
+    net = make_net()
+    names = pm.checkpoint_keys(net)
+    assert names[:3] == ["blocks.0.kernel", "blocks.0.mean", "blocks.0.bias"]  # field order
+    assert "head" not in names and "embed" in names  # tied: stored once
+    pm.save(ckpt, net)
+    with safe_open(ckpt, framework="np") as f:
+        assert sorted(f.keys()) == sorted(names)
+        tensors = {k: f.get_tensor(k) for k in names if k != "key"}
+    safetensors.numpy.save_file(tensors, ckpt, metadata={"format": "np"})
+    back = pm.load(ckpt, like, filter=pm.Not("rngs"))
+    assert back.embed is back.head
+    assert back.blocks[1].kernel.value.names == ("embed", "mlp")  # like's box
+    np.testing.assert_array_equal(
+        back.blocks[2].kernel.value.value, net.blocks[2].kernel.value.value
+    )
+    assert back.blocks[1].mean.value.dtype == jnp.bfloat16
+    assert back.key.value is like.key.value  # left out by filter=
+
+
+def test_plain_safetensors_file_is_checked_against_like(ckpt: str) -> None:
+    model = {"enc": {"w": pm.Param(jnp.ones((2, 3)))}, "b": pm.Param(jnp.ones(2))}
+    safetensors.numpy.save_file({"enc.w": np.ones((3, 2), np.float32), "b": np.ones(2)}, ckpt)
+    with pytest.raises(
+        pm.CheckpointMismatchError,
+        match=r"\.b: the file has float64\[2\], the model has float32\[2\]; \.enc\.w: the "
+        r"file has float32\[3, 2\], the model has float32\[2, 3\]\. Load into a model "
+        r"built with the saved configuration, or select a subset with filter=\.$",
+    ):
+        pm.load(ckpt, model)
+    safetensors.numpy.save_file({"enc/w": np.ones((2, 3), np.float32), "b": np.ones(2)}, ckpt)
+    with pytest.raises(
+        pm.CheckpointMismatchError,
+        match=r"enc.*w.* is missing in the file .*; the file's entry 'enc/w' has no place in "
+        r"the model.*plain safetensors file \(no pytreemod header\): its tensors must have the "
+        r"names pm\.save gives them \(such as 'b'; pm\.checkpoint_keys\(model\) lists them",
+    ):
+        pm.load(ckpt, model)
+    f8 = {"w": np.zeros(2, jnp.float8_e4m3fn)}
+    safetensors.numpy.save_file({"w": np.zeros(2, np.uint8)}, ckpt)
+    with pytest.raises(pm.CheckpointMismatchError, match=r"file has uint8\[2\], the model has"):
+        pm.load(ckpt, f8)
+
+
+def test_plain_safetensors_file_with_a_tied_place_twice(ckpt: str) -> None:
+    w = pm.Param(jnp.ones(2))
+    safetensors.numpy.save_file({"a": np.ones(2, np.float32), "b": np.ones(2, np.float32)}, ckpt)
+    with pytest.raises(
+        pm.CheckpointMismatchError,
+        match=r"shares the Variable of .*a.* in the model, but the file has a tensor 'b' of its "
+        r"own\. pytreemod stores a tied Variable once, under 'a'; remove the tensor 'b'",
+    ):
+        pm.load(ckpt, {"a": w, "b": w})
+    assert pm.load(ckpt, {"a": w, "b": pm.Param(jnp.zeros(2))})["b"].value.tolist() == [1.0, 1.0]
+
+
+def test_metadata_naming_pytreemod_is_never_taken_as_plain(ckpt: str) -> None:
+    safetensors.numpy.save_file({"w": np.ones(2, np.float32)}, ckpt, metadata={"pytreemod": "{}"})
+    with pytest.raises(
+        pm.CheckpointFormatError,
+        match=r"no pytreemod header \(the safetensors metadata has no 'format': 'pytreemod' "
+        r"entry\), though it mentions pytreemod or a checksum: a damaged pytreemod\.save file",
+    ):
         pm.load(ckpt, {"w": jnp.ones(2)})
 
 
@@ -562,7 +624,9 @@ def _rewritten(ckpt: str, meta_edit: Callable[[dict[str, str]], object]) -> None
 def test_a_file_rewritten_by_another_writer_is_not_taken_as_checked(ckpt: str) -> None:
     model = {"w": pm.Param(jnp.arange(3.0))}
     pm.save(ckpt, model)
-    _rewritten(ckpt, lambda meta: None)
+    # safetensors 0.8 writes the metadata in its order: move the checksum behind the rest
+    key = _checkpoint_file.HEADER_KEY
+    _rewritten(ckpt, lambda meta: meta.update({key: meta.pop(key)}))
     with pytest.raises(pm.CheckpointFormatError, match=r"checksum is not where pytreemod\.save"):
         pm.load(ckpt, model)
     _rewritten(ckpt, lambda meta: meta.pop(_checkpoint_file.HEADER_KEY))

@@ -6,7 +6,8 @@ bit for bit, with the same ties, whether ``like`` is the model itself or its
 ``eval_shape`` skeleton. Fuzzing: any damage to a valid file (a changed byte anywhere,
 a cut) is a ``CheckpointFormatError`` naming the file, found by the checksums; crafted
 headers with valid checksums end in a loaded model of the right structure or a
-``CheckpointError`` naming the file, never another exception.
+``CheckpointError`` naming the file, never another exception. A plain safetensors file
+has no checksums: only damage to its header and length is fuzzed.
 """
 
 import json
@@ -253,6 +254,53 @@ def test_any_changed_or_missing_byte_is_a_format_error(data: st.DataObject) -> N
         pathlib.Path(path).write_bytes(bytes(raw))
         with pytest.raises(pm.CheckpointFormatError, match=r"model\.safetensors"):
             pm.load(path, model)
+
+
+def _raw_file(tmp: pathlib.Path) -> tuple[str, Any]:
+    """A plain safetensors file (no pytreemod header, no checksums) and its model."""
+    model = {
+        "w": pm.Param(jnp.arange(6.0).reshape(2, 3)),
+        "s": pm.BatchStat(jnp.full(3, 0.5, jnp.bfloat16)),
+        "n": jnp.arange(5, dtype=jnp.int8),
+    }
+    path = str(tmp / "model.safetensors")
+    arrays = {k: v.value if isinstance(v, pm.Variable) else v for k, v in model.items()}
+    safetensors.numpy.save_file({k: np.asarray(v) for k, v in arrays.items()}, path)
+    return path, model
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_damage_to_a_plain_safetensors_file(data: st.DataObject) -> None:
+    """A raw file has no checksums, so a changed data byte loads other numbers (see
+    docs/checkpoints.md). What is still found: a cut at any offset, a wrong header length
+    or bytes appended are a CheckpointFormatError naming the file; a changed header byte
+    raises a CheckpointError naming the file or loads the same values."""
+    with tempfile.TemporaryDirectory() as d:
+        path, model = _raw_file(pathlib.Path(d))
+        raw = bytearray(pathlib.Path(path).read_bytes())
+        size = struct.unpack("<Q", raw[:8])[0]
+        action = data.draw(st.sampled_from(["truncate", "header_length", "append", "flip"]))
+        if action == "truncate":
+            raw = raw[: data.draw(st.integers(0, len(raw) - 1))]
+        elif action == "header_length":
+            choices = [0, 1, 7, size - 8, size + 8, 2**31, 2**63 - 1, 2**64 - 1, len(raw)]
+            raw[:8] = struct.pack("<Q", data.draw(st.sampled_from(choices)))
+        elif action == "append":
+            raw += data.draw(st.binary(min_size=1, max_size=64))
+        else:
+            raw[data.draw(st.integers(8, 8 + size - 1))] ^= data.draw(st.integers(1, 255))
+        pathlib.Path(path).write_bytes(bytes(raw))
+        if action != "flip":
+            with pytest.raises(pm.CheckpointFormatError, match=r"model\.safetensors"):
+                pm.load(path, model)
+            return
+        try:
+            back = pm.load(path, model)
+        except pm.CheckpointError as e:
+            assert "model.safetensors" in str(e)
+            return
+        assert_same(back, model)
 
 
 JSON = st.recursive(
