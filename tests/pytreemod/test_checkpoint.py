@@ -624,9 +624,16 @@ def _rewritten(ckpt: str, meta_edit: Callable[[dict[str, str]], object]) -> None
 def test_a_file_rewritten_by_another_writer_is_not_taken_as_checked(ckpt: str) -> None:
     model = {"w": pm.Param(jnp.arange(3.0))}
     pm.save(ckpt, model)
-    # safetensors 0.8 writes the metadata in its order: move the checksum behind the rest
-    key = _checkpoint_file.HEADER_KEY
-    _rewritten(ckpt, lambda meta: meta.update({key: meta.pop(key)}))
+    # the same header with the checksum entry moved behind the rest (written by hand, as
+    # safetensors' own writer chooses its metadata order itself)
+    raw = pathlib.Path(ckpt).read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + size])
+    meta = header["__metadata__"]
+    meta[_checkpoint_file.HEADER_KEY] = meta.pop(_checkpoint_file.HEADER_KEY)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    pathlib.Path(ckpt).write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + size :])
     with pytest.raises(pm.CheckpointFormatError, match=r"checksum is not where pytreemod\.save"):
         pm.load(ckpt, model)
     _rewritten(ckpt, lambda meta: meta.pop(_checkpoint_file.HEADER_KEY))
