@@ -58,8 +58,10 @@ class Dropout(Module, typecheck=True):
         *,
         key: jax.Array | None = None,
         deterministic: bool | None = None,
+        out_sharding: Any = None,
     ) -> Shaped[jax.Array, "*shape"]:
-        """Drop entries of ``x`` using ``key`` (training) or return ``x`` (deterministic)."""
+        """Drop entries of ``x`` using ``key`` (training) or return ``x`` (deterministic);
+        ``out_sharding`` reshards the result (default: ``x``'s sharding)."""
         det = self.deterministic if deterministic is None else deterministic
         for d in self.broadcast_dims:
             if not -x.ndim <= d < x.ndim:
@@ -72,4 +74,11 @@ class Dropout(Module, typecheck=True):
                 f"Dropout(rate={self.rate}) in training mode needs a PRNG key: call "
                 "dropout(x, key=key), or pass deterministic=True in evaluation."
             )
-        return F.dropout(x, self.rate, key, broadcast_dims=self.broadcast_dims, deterministic=det)
+        return F.dropout(
+            x,
+            self.rate,
+            key,
+            broadcast_dims=self.broadcast_dims,
+            deterministic=det,
+            out_sharding=out_sharding,
+        )

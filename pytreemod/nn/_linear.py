@@ -9,6 +9,7 @@ from jaxtyping import Float
 
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
+from .._sharding_rules import constrain
 from .._trace_cache import trace_once
 from .._variables import Param
 from . import _ops_linear as F
@@ -107,9 +108,9 @@ class Identity(Module, typecheck=True):
     (2, 3)
     """
 
-    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        """Return ``x``."""
-        return x
+    def __call__(self, x: Any, *args: Any, out_sharding: Any = None, **kwargs: Any) -> Any:
+        """Return ``x`` (resharded to ``out_sharding`` when given)."""
+        return constrain(x, out_sharding)
 
 
 class MLP(Module, typecheck=True):

@@ -117,6 +117,7 @@ def dot_product_attention_weights(
     einsum_dot_general: Callable[..., Any] | None = None,
     qk_einsum: Callable[..., Any] | None = None,
     on_weights: Callable[[jax.Array], Any] | None = None,
+    out_sharding: Any = None,
 ) -> Inexact[jax.Array, "*batch heads q_len kv_len"]:
     """Attention weights ``softmax(q k^T / sqrt(head_dim) + bias)``, masked where ``mask``
     is false, with optional dropout on the weights (Flax's function of the same name).
@@ -124,7 +125,8 @@ def dot_product_attention_weights(
     ``einsum_dot_general`` replaces ``lax.dot_general`` in the einsum, ``qk_einsum`` the
     whole einsum (exclusive with ``precision``/``einsum_dot_general``);
     ``force_fp32_for_softmax`` takes the softmax in float32 (and keeps that dtype);
-    ``on_weights`` is called with the weights before dropout (e.g. to record them).
+    ``on_weights`` is called with the weights before dropout (e.g. to record them);
+    ``out_sharding`` reshards the weights.
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -135,7 +137,7 @@ def dot_product_attention_weights(
         precision, einsum_dot_general, qk_einsum, None, force_fp32_for_softmax, on_weights
     )
     query, key = promote_dtype(query, key, dtype=dtype)
-    return _weights(
+    weights = _weights(
         query,
         key,
         bias,
@@ -146,6 +148,7 @@ def dot_product_attention_weights(
         deterministic,
         hooks,
     )
+    return constrain(weights, out_sharding, query, key)
 
 
 @checked

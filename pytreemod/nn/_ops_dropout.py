@@ -1,6 +1,7 @@
 """Dropout: zero entries with probability ``rate`` and rescale the rest by ``1/(1-rate)``."""
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ from jaxtyping import Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked
+from .._sharding_rules import constrain
 
 
 def check_rate(rate: float, owner: str = "dropout") -> None:
@@ -25,12 +27,14 @@ def dropout(
     *,
     broadcast_dims: Sequence[int] = (),
     deterministic: bool = False,
+    out_sharding: Any = None,
 ) -> Shaped[jax.Array, "*shape"]:
     """Flax ``Dropout``'s math: keep each entry with probability ``1 - rate`` (the same
     choice along ``broadcast_dims``) and divide kept entries by ``1 - rate``.
 
     ``deterministic=True`` or ``rate == 0`` returns ``x`` (no key needed); ``rate == 1``
-    returns zeros (with a zero gradient, not NaN).
+    returns zeros (with a zero gradient, not NaN). ``out_sharding`` reshards the result
+    (default: ``x``'s sharding).
 
     >>> import jax, jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -40,9 +44,9 @@ def dropout(
     """
     check_rate(rate)
     if deterministic or rate == 0.0:
-        return jnp.asarray(x)
+        return constrain(jnp.asarray(x), out_sharding, x)
     if rate == 1.0:
-        return jnp.zeros_like(x)
+        return constrain(jnp.zeros_like(x), out_sharding, x)
     if key is None:
         raise LayerConfigError(
             "dropout with rate > 0 in training mode needs a PRNG key: pass key=... (or "
@@ -54,4 +58,4 @@ def dropout(
         shape[dim] = 1
     mask = jax.random.bernoulli(key, p=keep_prob, shape=tuple(shape))
     mask = jnp.broadcast_to(mask, x.shape)
-    return lax.select(mask, x / keep_prob, jnp.zeros_like(x))
+    return constrain(lax.select(mask, x / keep_prob, jnp.zeros_like(x)), out_sharding, x)

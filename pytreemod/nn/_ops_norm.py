@@ -16,7 +16,7 @@ from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
-from .._sharding_rules import match_trailing, split_last
+from .._sharding_rules import constrain, match_trailing, split_last
 from ._ops_common import at_least_float32, canonicalize_axes
 
 Axes = int | Sequence[int]
@@ -137,13 +137,15 @@ def normalize(
     feature_axes: Axes,
     epsilon: float,
     dtype: Any = None,
+    out_sharding: Any = None,
 ) -> jax.Array:
     """``(x - mean) * (rsqrt(var + epsilon) * scale) + bias`` with statistics over
     ``reduction_axes`` and ``scale``/``bias`` over ``feature_axes`` (Flax's ``_normalize``).
 
     ``mean``/``var`` have the reduction axes removed; ``mean=None`` skips centring
     (RMSNorm). The output has ``dtype``, default the common dtype of ``x``, ``scale`` and
-    ``bias``.
+    ``bias``. ``out_sharding`` (a ``PartitionSpec`` or ``NamedSharding``) reshards the
+    result (default: ``x``'s sharding).
     """
     out_dtype = _out_dtype(dtype, x, scale, bias)
     red = canonicalize_axes(x.ndim, reduction_axes)
@@ -165,7 +167,7 @@ def normalize(
     if bias is not None:
         dt = _promote(y.dtype, bias.dtype)
         y = _cast(y, dt) + match_trailing(_cast(bias, dt).reshape(feature_shape), y)
-    return _cast(y, out_dtype)
+    return constrain(_cast(y, out_dtype), out_sharding, x)
 
 
 def _check_param(op: str, name: str, param: Any, x: Any, feature_axes: Axes) -> None:
@@ -196,6 +198,7 @@ def layer_norm(
     use_fast_variance: bool = True,
     mask: Bool[AnyArray, "..."] | None = None,
     dtype: Any = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch features"]:
     """Layer normalisation (Flax ``LayerNorm``'s math and defaults).
 
@@ -228,6 +231,7 @@ def layer_norm(
         feature_axes=feature_axes,
         epsilon=epsilon,
         dtype=dtype,
+        out_sharding=out_sharding,
     )
 
 
@@ -243,6 +247,7 @@ def rms_norm(
     axis_index_groups: Any = None,
     mask: Bool[AnyArray, "..."] | None = None,
     dtype: Any = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch features"]:
     """Root-mean-square normalisation ``x * rsqrt(mean(x**2) + eps) * scale`` (Flax
     ``RMSNorm``; no centring, no bias).
@@ -271,6 +276,7 @@ def rms_norm(
         feature_axes=feature_axes,
         epsilon=epsilon,
         dtype=dtype,
+        out_sharding=out_sharding,
     )
 
 
@@ -309,6 +315,7 @@ def group_norm(
     use_fast_variance: bool = True,
     mask: Bool[AnyArray, "..."] | None = None,
     dtype: Any = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "batch *spatial channels"]:
     """Group normalisation (Flax ``GroupNorm``): channels (last axis) split into
     ``num_groups`` groups; statistics per example and group over every axis except the
@@ -358,6 +365,7 @@ def group_norm(
         feature_axes=-1,
         epsilon=epsilon,
         dtype=dtype,
+        out_sharding=out_sharding,
     )
 
 
@@ -405,6 +413,7 @@ def batch_norm(
     axis: Axes = -1,
     epsilon: float = 1e-5,
     dtype: Any = None,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch features"]:
     """Normalise with given statistics (from ``batch_stats`` or running averages); the
     statistics, ``scale`` and ``bias`` have the shape of ``x`` at the feature ``axis``.
@@ -431,6 +440,7 @@ def batch_norm(
         feature_axes=feat,
         epsilon=epsilon,
         dtype=dtype,
+        out_sharding=out_sharding,
     )
 
 

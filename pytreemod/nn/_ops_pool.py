@@ -11,6 +11,7 @@ from jaxtyping import Float, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, axes_text, checked, fail, python_numbers, summary
+from .._sharding_rules import constrain
 
 PoolPadding = str | Sequence[tuple[int, int]]
 
@@ -25,10 +26,12 @@ def pool(
     padding: PoolPadding = "VALID",
     *,
     op: str = "pool",
+    out_sharding: Any = None,
 ) -> jax.Array:
     """Reduce each window of ``x`` (``(*batch, *window_dims, features)``) with ``reduce_fn``
     starting from ``init``. ``padding`` is ``"SAME"``, ``"VALID"`` or one ``(low, high)``
-    pair per window dimension."""
+    pair per window dimension. ``out_sharding`` (a ``PartitionSpec`` or ``NamedSharding``)
+    reshards the result (default: what ``reduce_window`` gives, ``x``'s sharding)."""
     window = tuple(window_shape)
     n = len(window)
     if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1 for w in window):
@@ -61,7 +64,8 @@ def pool(
                 f"{op}: padding {padding!r} must be 'SAME', 'VALID' or {n} (low, high) pairs."
             )
         padding = ((0, 0),) * num_batch + pads + ((0, 0),)  # type: ignore[assignment]
-    return lax.reduce_window(x, init, reduce_fn, dims, steps, padding)  # type: ignore[arg-type]
+    y = lax.reduce_window(x, init, reduce_fn, dims, steps, padding)  # type: ignore[arg-type]
+    return constrain(y, out_sharding, x)
 
 
 @checked
@@ -70,6 +74,8 @@ def max_pool(
     window_shape: Sequence[int],
     strides: Sequence[int] | None = None,
     padding: PoolPadding = "VALID",
+    *,
+    out_sharding: Any = None,
 ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
     """Maximum over each window (Flax ``max_pool``).
 
@@ -81,7 +87,16 @@ def max_pool(
     # A concrete NumPy scalar, not a jax array: lax.reduce_window then uses its
     # differentiable max/min/add reductions (a traced init value is not differentiable).
     init = -np.inf if jnp.issubdtype(x.dtype, jnp.inexact) else np.iinfo(x.dtype).min
-    return pool(x, np.array(init, x.dtype), lax.max, window_shape, strides, padding, op="max_pool")
+    return pool(
+        x,
+        np.array(init, x.dtype),
+        lax.max,
+        window_shape,
+        strides,
+        padding,
+        op="max_pool",
+        out_sharding=out_sharding,
+    )
 
 
 @checked
@@ -90,6 +105,8 @@ def min_pool(
     window_shape: Sequence[int],
     strides: Sequence[int] | None = None,
     padding: PoolPadding = "VALID",
+    *,
+    out_sharding: Any = None,
 ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
     """Minimum over each window (Flax ``min_pool``).
 
@@ -99,7 +116,16 @@ def min_pool(
     [0.0, 2.0]
     """
     init = np.inf if jnp.issubdtype(x.dtype, jnp.inexact) else np.iinfo(x.dtype).max
-    return pool(x, np.array(init, x.dtype), lax.min, window_shape, strides, padding, op="min_pool")
+    return pool(
+        x,
+        np.array(init, x.dtype),
+        lax.min,
+        window_shape,
+        strides,
+        padding,
+        op="min_pool",
+        out_sharding=out_sharding,
+    )
 
 
 @checked
@@ -109,9 +135,11 @@ def avg_pool(
     strides: Sequence[int] | None = None,
     padding: PoolPadding = "VALID",
     count_include_pad: bool = True,
+    *,
+    out_sharding: Any = None,
 ) -> Float[jax.Array, "*batch_and_window_out features"]:
     """Mean over each window (Flax ``avg_pool``); with ``count_include_pad=False`` padded
-    positions are left out of the count.
+    positions are left out of the count. ``out_sharding`` reshards the result.
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -121,8 +149,8 @@ def avg_pool(
     zero = np.array(0, x.dtype)
     y = pool(x, zero, lax.add, window_shape, strides, padding, op="avg_pool")
     if count_include_pad:
-        return y / np.prod(window_shape).astype(x.dtype)
+        return constrain(y / np.prod(window_shape).astype(x.dtype), out_sharding, x)
     ones = jnp.ones((1, *x.shape[-len(window_shape) - 1 : -1], 1), x.dtype)
     counts = pool(ones, zero, lax.add, window_shape, strides, padding, op="avg_pool")
     counts = jnp.reshape(counts, (1,) * (y.ndim - counts.ndim + 1) + counts.shape[1:])
-    return y / counts
+    return constrain(y / counts, out_sharding, x)

@@ -5,7 +5,10 @@ A cell step takes the carry, the input of one time step and a ``project`` functi
 ``"ii"`` input-to-input-gate, ``"hf"`` hidden-to-forget-gate...) to ``x``. Layers pass
 their own projections (Linear layers, Linen ``Dense`` submodules); ``dense_projections``
 builds one from a ``{name: {"kernel", "bias"}}`` dict. The step returns
-``(new_carry, output)``.
+``(new_carry, output)``. Every step and loop takes ``out_sharding=`` (a ``PartitionSpec`` or
+``NamedSharding``): a step reshards its output and every array of its new carry (all of
+the same ``(*batch, hidden)`` shape) to it; ``rnn`` and ``bidirectional`` reshard the
+stacked outputs (not the carry).
 
 ``rnn`` runs a step function over a sequence given a ``scan`` callback (``pm.scan`` in
 ``pytreemod.nn``, ``nn.scan`` in the adapters): it handles the time axis, ``reverse``,
@@ -21,7 +24,7 @@ from jaxtyping import Float, Integer, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, python_numbers
-from .._sharding_rules import explicit_mesh
+from .._sharding_rules import constrain, explicit_mesh
 from ._ops_common import promote_dtype
 from ._ops_linear import linear
 
@@ -42,6 +45,7 @@ def lstm_cell(
     *,
     gate_fn: Activation = jax.nn.sigmoid,
     activation_fn: Activation = jnp.tanh,
+    out_sharding: Any = None,
 ) -> tuple[tuple[Out, Out], Out]:
     """One LSTM step; ``carry`` is ``(c, h)``, the output is the new ``h``.
 
@@ -61,7 +65,7 @@ def lstm_cell(
     f = gate_fn(project("if", inputs) + project("hf", h))
     g = activation_fn(project("ig", inputs) + project("hg", h))
     o = gate_fn(project("io", inputs) + project("ho", h))
-    return _lstm_update(c, i, f, g, o, activation_fn)
+    return _step_out(_lstm_update(c, i, f, g, o, activation_fn), out_sharding, inputs)
 
 
 def _lstm_update(
@@ -70,6 +74,13 @@ def _lstm_update(
     new_c = f * c + i * g
     new_h = o * activation_fn(new_c)
     return (new_c, new_h), new_h
+
+
+def _step_out(result: Any, out_sharding: Any, inputs: Any) -> Any:
+    """A step's ``(new_carry, output)`` with ``out_sharding`` applied to every array."""
+    if out_sharding is None:
+        return result
+    return jax.tree.map(lambda y: constrain(y, out_sharding, inputs), result)
 
 
 _GATES = ("i", "f", "g", "o")
@@ -86,6 +97,7 @@ def fused_lstm_cell(
     gate_fn: Activation = jax.nn.sigmoid,
     activation_fn: Activation = jnp.tanh,
     dtype: Any = None,
+    out_sharding: Any = None,
 ) -> tuple[tuple[Out, Out], Out]:
     """``lstm_cell`` with the four gates' kernels concatenated: two matrix products per
     step instead of eight (Flax's ``OptimizedLSTMCell``; same parameters, gates in the
@@ -109,7 +121,7 @@ def fused_lstm_cell(
     from_x = _fused(inputs, input_kernels, None, dtype)
     i, f, o = (gate_fn(from_h[k] + from_x[k]) for k in (0, 1, 3))
     g = activation_fn(from_h[2] + from_x[2])
-    return _lstm_update(c, i, f, g, o, activation_fn)
+    return _step_out(_lstm_update(c, i, f, g, o, activation_fn), out_sharding, inputs)
 
 
 def _fused(
@@ -140,6 +152,7 @@ def gru_cell(
     *,
     gate_fn: Activation = jax.nn.sigmoid,
     activation_fn: Activation = jnp.tanh,
+    out_sharding: Any = None,
 ) -> tuple[Out, Out]:
     """One GRU step; the carry and the output are the new ``h``.
 
@@ -158,7 +171,7 @@ def gru_cell(
     z = gate_fn(project("iz", inputs) + project("hz", h))
     n = activation_fn(project("in", inputs) + r * project("hn", h))
     new_h = (1.0 - z) * n + z * h
-    return new_h, new_h
+    return _step_out((new_h, new_h), out_sharding, inputs)
 
 
 @checked
@@ -170,6 +183,7 @@ def mgu_cell(
     gate_fn: Activation = jax.nn.sigmoid,
     activation_fn: Activation = jnp.tanh,
     reset_gate: bool = True,
+    out_sharding: Any = None,
 ) -> tuple[Out, Out]:
     """One minimal gated unit step (https://arxiv.org/abs/1603.09420).
 
@@ -190,7 +204,7 @@ def mgu_cell(
         from_h = from_h * f
     n = activation_fn(project("in", inputs) + from_h)
     new_h = (1.0 - f) * n + f * h
-    return new_h, new_h
+    return _step_out((new_h, new_h), out_sharding, inputs)
 
 
 @checked
@@ -201,6 +215,7 @@ def simple_cell(
     *,
     activation_fn: Activation = jnp.tanh,
     residual: bool = False,
+    out_sharding: Any = None,
 ) -> tuple[Out, Out]:
     """One Elman RNN step: ``h' = activation_fn(i(x) + h(h) [+ h])`` (the ``+ h`` with
     ``residual=True``).
@@ -216,7 +231,7 @@ def simple_cell(
     if residual:
         new_h = new_h + carry
     new_h = activation_fn(new_h)
-    return new_h, new_h
+    return _step_out((new_h, new_h), out_sharding, inputs)
 
 
 @checked
@@ -224,6 +239,8 @@ def conv_lstm_cell(
     carry: tuple[State, State],
     inputs: Shaped[AnyArray, "*batch in_features"],
     project: Projection,
+    *,
+    out_sharding: Any = None,
 ) -> tuple[tuple[Out, Out], Out]:
     """One convolutional LSTM step (Shi et al. 2015), channels last.
 
@@ -243,7 +260,8 @@ def conv_lstm_cell(
     gates = project("ih", inputs) + project("hh", h)
     i, g, f, o = jnp.split(gates, 4, axis=-1)
     f = jax.nn.sigmoid(f + 1)
-    return _lstm_update(c, jax.nn.sigmoid(i), f, jnp.tanh(g), jax.nn.sigmoid(o), jnp.tanh)
+    new = _lstm_update(c, jax.nn.sigmoid(i), f, jnp.tanh(g), jax.nn.sigmoid(o), jnp.tanh)
+    return _step_out(new, out_sharding, inputs)
 
 
 def dense_projections(
@@ -347,6 +365,7 @@ def rnn(
     reverse: bool = False,
     keep_order: bool = False,
     return_carry: bool = False,
+    out_sharding: Any = None,
 ) -> Any:
     """Run a cell over a sequence (Flax's ``RNN.__call__``), through a ``scan`` callback.
 
@@ -362,7 +381,7 @@ def rnn(
     ``flip_sequences``); its outputs are in processing order unless ``keep_order``. With
     ``seq_lengths`` (batch shape) and ``return_carry``, the carry returned for each
     sequence is the one after its last valid step. Returns the outputs, or ``(carry,
-    outputs)`` with ``return_carry``.
+    outputs)`` with ``return_carry``. ``out_sharding`` reshards the outputs.
 
     >>> import jax.numpy as jnp
     >>> import jax
@@ -400,6 +419,7 @@ def rnn(
         carry = select_last_carry(carry, seq_lengths)
     if reverse and keep_order:
         outputs = flip(outputs)
+    outputs = _step_out(outputs, out_sharding, inputs)
     return (carry, outputs) if return_carry else outputs
 
 
@@ -415,6 +435,7 @@ def bidirectional(
     time_major: bool = False,
     return_carry: bool = False,
     key_name: str = "key",
+    out_sharding: Any = None,
 ) -> Any:
     """Run ``forward`` and ``backward`` (RNN calls) over ``inputs`` and merge the outputs
     step by step with ``merge_fn`` (Flax's ``Bidirectional``).
@@ -423,7 +444,8 @@ def bidirectional(
     seq_lengths=..., return_carry=True, time_major=..., reverse=..., keep_order=...)``:
     forward in order, backward reversed with ``keep_order=True`` so its outputs line up.
     ``key`` (split in two) and ``initial_carry`` (a pair) go to the two directions.
-    Returns the merged outputs, or ``((forward_carry, backward_carry), outputs)``.
+    Returns the merged outputs, or ``((forward_carry, backward_carry), outputs)``;
+    ``out_sharding`` reshards the merged outputs.
     """
     keys: tuple[Any, Any] = (None, None) if key is None else tuple(jax.random.split(key))
     carries = (None, None) if initial_carry is None else initial_carry
@@ -439,5 +461,5 @@ def bidirectional(
         **{key_name: keys[1]},
         **common,
     )
-    outputs = jax.tree.map(merge_fn, out_f, out_b)
+    outputs = _step_out(jax.tree.map(merge_fn, out_f, out_b), out_sharding, inputs)
     return ((carry_f, carry_b), outputs) if return_carry else outputs

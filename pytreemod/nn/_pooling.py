@@ -1,6 +1,7 @@
 """``MaxPool``, ``AvgPool`` and ``MinPool`` layers over the functional pools."""
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 from jaxtyping import Shaped
@@ -76,10 +77,11 @@ class MaxPool(_Pool, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Shaped[AnyArray, "*batch_and_window features"]
+        self, x: Shaped[AnyArray, "*batch_and_window features"], *, out_sharding: Any = None
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
-        """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
-        y = F.max_pool(x, self.window_shape, self.strides, self.padding)
+        """Pool ``x`` of shape ``(*batch, *window_axes, features)``; ``out_sharding``
+        reshards the result (default: ``x``'s sharding)."""
+        y = F.max_pool(x, self.window_shape, self.strides, self.padding, out_sharding=out_sharding)
         return nonempty_output("max_pool", x, y, "window")
 
 
@@ -97,10 +99,11 @@ class AvgPool(_Pool, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Shaped[AnyArray, "*batch_and_window features"]
+        self, x: Shaped[AnyArray, "*batch_and_window features"], *, out_sharding: Any = None
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
-        """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
-        y = F.avg_pool(x, self.window_shape, self.strides, self.padding)
+        """Pool ``x`` of shape ``(*batch, *window_axes, features)``; ``out_sharding``
+        reshards the result (default: ``x``'s sharding)."""
+        y = F.avg_pool(x, self.window_shape, self.strides, self.padding, out_sharding=out_sharding)
         return nonempty_output("avg_pool", x, y, "window")
 
 
@@ -116,8 +119,9 @@ class MinPool(_Pool, typecheck=True):
     @trace_once
     @checked
     def __call__(
-        self, x: Shaped[AnyArray, "*batch_and_window features"]
+        self, x: Shaped[AnyArray, "*batch_and_window features"], *, out_sharding: Any = None
     ) -> Shaped[jax.Array, "*batch_and_window_out features"]:
-        """Pool ``x`` of shape ``(*batch, *window_axes, features)``."""
-        y = F.min_pool(x, self.window_shape, self.strides, self.padding)
+        """Pool ``x`` of shape ``(*batch, *window_axes, features)``; ``out_sharding``
+        reshards the result (default: ``x``'s sharding)."""
+        y = F.min_pool(x, self.window_shape, self.strides, self.padding, out_sharding=out_sharding)
         return nonempty_output("min_pool", x, y, "window")

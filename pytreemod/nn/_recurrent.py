@@ -48,8 +48,9 @@ class RNNCellBase(Module, typecheck=True):
     (True, (2, 4))
     """
 
-    def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:
-        """One step: ``(carry, x) -> (new_carry, y)``."""
+    def __call__(self, carry: Any, x: Any, *, out_sharding: Any = None) -> tuple[Any, Any]:
+        """One step: ``(carry, x) -> (new_carry, y)``; ``out_sharding`` reshards ``y`` and
+        every array of ``new_carry``."""
         raise NotImplementedError
 
     def initialize_carry(
@@ -221,11 +222,16 @@ class LSTMCell(_VectorCell):
     @trace_once
     @checked
     def __call__(
-        self, carry: tuple[State, State], x: Input
+        self, carry: tuple[State, State], x: Input, *, out_sharding: Any = None
     ) -> tuple[tuple[NewState, NewState], NewState]:
         """One step: ``((c, h), x) -> ((c', h'), h')``."""
         return R.lstm_cell(
-            carry, x, self._project, gate_fn=self.gate_fn, activation_fn=self.activation_fn
+            carry,
+            x,
+            self._project,
+            gate_fn=self.gate_fn,
+            activation_fn=self.activation_fn,
+            out_sharding=out_sharding,
         )
 
     def initialize_carry(
@@ -255,7 +261,7 @@ class OptimizedLSTMCell(LSTMCell):
     @trace_once
     @checked
     def __call__(
-        self, carry: tuple[State, State], x: Input
+        self, carry: tuple[State, State], x: Input, *, out_sharding: Any = None
     ) -> tuple[tuple[NewState, NewState], NewState]:
         """One step: ``((c, h), x) -> ((c', h'), h')``."""
         p = self.projections
@@ -269,6 +275,7 @@ class OptimizedLSTMCell(LSTMCell):
             gate_fn=self.gate_fn,
             activation_fn=self.activation_fn,
             dtype=p["ii"].dtype,
+            out_sharding=out_sharding,
         )
 
 
@@ -320,10 +327,17 @@ class GRUCell(_VectorCell):
 
     @trace_once
     @checked
-    def __call__(self, carry: State, x: Input) -> tuple[NewState, NewState]:
+    def __call__(
+        self, carry: State, x: Input, *, out_sharding: Any = None
+    ) -> tuple[NewState, NewState]:
         """One step: ``(h, x) -> (h', h')``."""
         return R.gru_cell(
-            carry, x, self._project, gate_fn=self.gate_fn, activation_fn=self.activation_fn
+            carry,
+            x,
+            self._project,
+            gate_fn=self.gate_fn,
+            activation_fn=self.activation_fn,
+            out_sharding=out_sharding,
         )
 
     def initialize_carry(
@@ -391,7 +405,9 @@ class MGUCell(_VectorCell):
 
     @trace_once
     @checked
-    def __call__(self, carry: State, x: Input) -> tuple[NewState, NewState]:
+    def __call__(
+        self, carry: State, x: Input, *, out_sharding: Any = None
+    ) -> tuple[NewState, NewState]:
         """One step: ``(h, x) -> (h', h')``."""
         return R.mgu_cell(
             carry,
@@ -400,6 +416,7 @@ class MGUCell(_VectorCell):
             gate_fn=self.gate_fn,
             activation_fn=self.activation_fn,
             reset_gate=self.reset_gate,
+            out_sharding=out_sharding,
         )
 
     def initialize_carry(
@@ -458,10 +475,17 @@ class SimpleCell(_VectorCell):
 
     @trace_once
     @checked
-    def __call__(self, carry: State, x: Input) -> tuple[NewState, NewState]:
+    def __call__(
+        self, carry: State, x: Input, *, out_sharding: Any = None
+    ) -> tuple[NewState, NewState]:
         """One step: ``(h, x) -> (h', h')``."""
         return R.simple_cell(
-            carry, x, self._project, activation_fn=self.activation_fn, residual=self.residual
+            carry,
+            x,
+            self._project,
+            activation_fn=self.activation_fn,
+            residual=self.residual,
+            out_sharding=out_sharding,
         )
 
     def initialize_carry(
@@ -534,10 +558,10 @@ class ConvLSTMCell(_VectorCell):
     @trace_once
     @checked
     def __call__(
-        self, carry: tuple[State, State], x: Input
+        self, carry: tuple[State, State], x: Input, *, out_sharding: Any = None
     ) -> tuple[tuple[NewState, NewState], NewState]:
         """One step: ``((c, h), x) -> ((c', h'), h')``."""
-        return R.conv_lstm_cell(carry, x, self._project)
+        return R.conv_lstm_cell(carry, x, self._project, out_sharding=out_sharding)
 
     def initialize_carry(
         self, input_shape: tuple[int, ...], *, key: jax.Array | None = None

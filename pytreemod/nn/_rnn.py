@@ -72,8 +72,10 @@ class RNN(Module, typecheck=True):
         time_major: bool | None = None,
         reverse: bool | None = None,
         keep_order: bool | None = None,
+        out_sharding: Any = None,
     ) -> Any:
-        """Run the cell over ``inputs``; returns the outputs, or ``(carry, outputs)``."""
+        """Run the cell over ``inputs``; returns the outputs, or ``(carry, outputs)``.
+        ``out_sharding`` reshards the stacked outputs (not the carry)."""
 
         def run(carry: Any, xs: Any, time_axis: int, stack_carries: bool) -> tuple[Any, Any]:
             def step(cell: RNNCellBase, carry: Any, x: Any) -> Any:
@@ -107,6 +109,7 @@ class RNN(Module, typecheck=True):
             reverse=self.reverse if reverse is None else reverse,
             keep_order=self.keep_order if keep_order is None else keep_order,
             return_carry=self.return_carry if return_carry is None else return_carry,
+            out_sharding=out_sharding,
         )
 
 
@@ -180,8 +183,10 @@ class Bidirectional(Module, typecheck=True):
         key: jax.Array | None = None,
         return_carry: bool | None = None,
         time_major: bool | None = None,
+        out_sharding: Any = None,
     ) -> Any:
-        """Run both directions; returns the merged outputs, or ``(carries, outputs)``."""
+        """Run both directions; returns the merged outputs, or ``(carries, outputs)``.
+        ``out_sharding`` reshards the merged outputs."""
         return R.bidirectional(
             self.forward_rnn,
             self.backward_rnn,
@@ -192,4 +197,5 @@ class Bidirectional(Module, typecheck=True):
             seq_lengths=seq_lengths,
             time_major=self.time_major if time_major is None else time_major,
             return_carry=self.return_carry if return_carry is None else return_carry,
+            out_sharding=out_sharding,
         )

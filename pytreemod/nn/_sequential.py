@@ -8,6 +8,7 @@ import jax
 
 from .._errors import LayerConfigError
 from .._module import Module, field
+from .._sharding_rules import constrain
 from ._validate import callable_arg
 
 
@@ -26,9 +27,11 @@ class Lambda(Module, typecheck=True):
     def __check_init__(self) -> None:
         callable_arg("Lambda", "fn", self.fn)
 
-    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        """Return ``fn(x, *args, **kwargs)``."""
-        return self.fn(x, *args, **kwargs)
+    def __call__(self, x: Any, *args: Any, out_sharding: Any = None, **kwargs: Any) -> Any:
+        """Return ``fn(x, *args, **kwargs)``; ``out_sharding`` (not passed to ``fn``)
+        reshards each array of the result."""
+        y = self.fn(x, *args, **kwargs)
+        return _constrain_tree(y, out_sharding, x)
 
 
 def _takes_key(layer: Any) -> bool:
@@ -45,7 +48,8 @@ class Sequential(Module, typecheck=True):
     Plain functions in ``layers`` (``jax.nn.relu``) are wrapped in ``Lambda``. The call's
     ``key`` (if given) is split over the layers that take a ``key`` argument (Dropout), so
     one key drives every stochastic layer; other keyword arguments go to every layer
-    that accepts them.
+    that accepts them, except ``out_sharding``: it is the sharding of the Sequential's
+    output, applied to the last layer's result (not given to any layer).
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -77,8 +81,16 @@ class Sequential(Module, typecheck=True):
         )
         self.takes_key = tuple(_takes_key(layer) for layer in self.layers)
 
-    def __call__(self, x: Any, *, key: jax.Array | None = None, **kwargs: Any) -> Any:
-        """Feed ``x`` through every layer in order."""
+    def __call__(
+        self,
+        x: Any,
+        *,
+        key: jax.Array | None = None,
+        out_sharding: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Feed ``x`` through every layer in order; ``out_sharding`` reshards the result."""
+        x0 = x
         n_keyed = sum(self.takes_key)
         keys = list(jax.random.split(key, n_keyed)) if key is not None and n_keyed else []
         for layer, wants_key in zip(self.layers, self.takes_key):
@@ -86,7 +98,7 @@ class Sequential(Module, typecheck=True):
             if wants_key and keys:
                 extra["key"] = keys.pop(0)
             x = layer(x, **extra)
-        return x
+        return _constrain_tree(x, out_sharding, x0)
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
@@ -105,3 +117,10 @@ def _accepts(layer: Any, name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _constrain_tree(y: Any, out_sharding: Any, x: Any) -> Any:
+    """``out_sharding`` applied to every array of ``y`` (nothing when it is ``None``)."""
+    if out_sharding is None:
+        return y
+    return jax.tree.map(lambda a: constrain(a, out_sharding, x), y)

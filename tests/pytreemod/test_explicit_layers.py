@@ -295,6 +295,47 @@ OVERRIDES: dict[str, tuple[Callable[[], Any], tuple[int, ...], Any, P]] = {
         lambda: pm.nn.LayerNorm(8, scale_init=lp(init.ones, "embed"), key=KEY),
         (8, 8), lambda m, x: m(x, out_sharding=P("data")), P("data"),
     ),
+    "max_pool": (
+        lambda: pm.nn.MaxPool((2,), strides=(2,)),
+        (4, 8, 8), lambda m, x: m(x, out_sharding=P("data", None, "model")),
+        P("data", None, "model"),
+    ),
+    "avg_pool": (
+        lambda: pm.nn.AvgPool((2,)),
+        (4, 8, 8), lambda m, x: m(x, out_sharding=P(None, None, "model")), P(None, None, "model"),
+    ),
+    "rnn": (
+        lambda: pm.nn.RNN(pm.nn.LSTMCell(8, 8, key=KEY)),
+        (4, 5, 8), lambda m, x: m(x, out_sharding=P("data", None, "model")),
+        P("data", None, "model"),
+    ),
+    "bidirectional": (
+        lambda: pm.nn.Bidirectional(
+            pm.nn.RNN(pm.nn.GRUCell(8, 4, key=KEY)), pm.nn.RNN(pm.nn.GRUCell(8, 4, key=KEY))
+        ),
+        (4, 5, 8), lambda m, x: m(x, out_sharding=P(None, None, "model")), P(None, None, "model"),
+    ),
+    "gru_cell": (
+        lambda: pm.nn.GRUCell(8, 8, key=KEY),
+        (8, 8), lambda m, x: m(m.initialize_carry(x.shape), x, out_sharding=P("data", "model"))[1],
+        P("data", "model"),
+    ),
+    "dropout": (
+        lambda: pm.nn.Dropout(0.5),
+        (8, 8), lambda m, x: m(x, deterministic=True, out_sharding=P(None, "model")),
+        P(None, "model"),
+    ),
+    "sequential": (
+        lambda: pm.nn.Sequential([pm.nn.Linear(8, 8, key=KEY), jax.nn.relu]),
+        (8, 8), lambda m, x: m(x, out_sharding=P(None, "model")), P(None, "model"),
+    ),
+    "lambda": (
+        lambda: pm.nn.Lambda(jnp.tanh),
+        (8, 8), lambda m, x: m(x, out_sharding=P(None, "model")), P(None, "model"),
+    ),
+    "identity": (
+        pm.nn.Identity, (8, 8), lambda m, x: m(x, out_sharding=P(None, "model")), P(None, "model"),
+    ),
 }  # fmt: skip
 
 
@@ -331,6 +372,25 @@ def test_out_sharding_override_on_functional_ops() -> None:
     assert (_spec(emb), _spec(logits), _spec(dense)) == (
         P("data", None, "model"),
         P(None, "model"),
+        P("data", "model"),
+    )
+
+
+def test_out_sharding_override_on_functional_pool_and_recurrent_ops() -> None:
+    x, h = _x(4, 8, 8), _x(4, 8)
+    project = F.dense_projections({n: {"kernel": _x(8, 8)} for n in ("i", "h")})
+    mesh = _mesh()
+    with jax.set_mesh(mesh):
+        sx, sh = jax.device_put(x, P("data")), jax.device_put(h, P("data"))
+        pooled = jax.jit(lambda v: F.max_pool(v, (2,), out_sharding=P(None, None, "model")))(sx)
+        carry, y = jax.jit(
+            lambda c, v: F.simple_cell(c, v, project, out_sharding=P("data", "model"))
+        )(sh, sx[:, 0])
+    np.testing.assert_allclose(pooled, F.max_pool(x, (2,)), rtol=1e-6)
+    np.testing.assert_allclose(y, F.simple_cell(h, x[:, 0], project)[1], rtol=1e-5, atol=1e-5)
+    assert (_spec(pooled), _spec(carry), _spec(y)) == (
+        P(None, None, "model"),
+        P("data", "model"),
         P("data", "model"),
     )
 
