@@ -181,15 +181,39 @@ PM_RECIPES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     ),
     "Conv1d": (
         lambda **k: pm.nn.Conv1d(**k, key=KEY)(X),
-        {"in_features": 4, "out_features": 2, "kernel_size": (3,)},
+        {
+            "in_features": 4,
+            "out_features": 2,
+            "kernel_size": (3,),
+            "strides": (1,),
+            "input_dilation": (1,),
+            "kernel_dilation": (2,),
+            "feature_group_count": 2,
+        },
     ),
     "Conv2d": (
         lambda **k: pm.nn.Conv2d(**k, key=KEY)(IMG),
-        {"in_features": 4, "out_features": 2, "kernel_size": (3, 3)},
+        {
+            "in_features": 4,
+            "out_features": 2,
+            "kernel_size": (3, 3),
+            "strides": (1, 1),
+            "input_dilation": (1, 1),
+            "kernel_dilation": (2, 2),
+            "feature_group_count": 2,
+        },
     ),
     "Conv3d": (
         lambda **k: pm.nn.Conv3d(**k, key=KEY)(IMG[..., None, :]),
-        {"in_features": 4, "out_features": 2, "kernel_size": (3, 3, 1)},
+        {
+            "in_features": 4,
+            "out_features": 2,
+            "kernel_size": (3, 3, 1),
+            "strides": (1, 1, 1),
+            "input_dilation": (1, 1, 1),
+            "kernel_dilation": (2, 2, 1),
+            "feature_group_count": 2,
+        },
     ),
     "ConvTranspose": (
         lambda **k: pm.nn.ConvTranspose(**k, key=KEY)(X),
@@ -204,15 +228,33 @@ PM_RECIPES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     ),
     "ConvTranspose1d": (
         lambda **k: pm.nn.ConvTranspose1d(**k, key=KEY)(X),
-        {"in_features": 4, "out_features": 2, "kernel_size": (3,)},
+        {
+            "in_features": 4,
+            "out_features": 2,
+            "kernel_size": (3,),
+            "strides": (2,),
+            "kernel_dilation": (1,),
+        },
     ),
     "ConvTranspose2d": (
         lambda **k: pm.nn.ConvTranspose2d(**k, key=KEY)(IMG),
-        {"in_features": 4, "out_features": 2, "kernel_size": (3, 3)},
+        {
+            "in_features": 4,
+            "out_features": 2,
+            "kernel_size": (3, 3),
+            "strides": (2, 2),
+            "kernel_dilation": (1, 1),
+        },
     ),
     "ConvTranspose3d": (
         lambda **k: pm.nn.ConvTranspose3d(**k, key=KEY)(IMG[..., None, :]),
-        {"in_features": 4, "out_features": 2, "kernel_size": (3, 3, 1)},
+        {
+            "in_features": 4,
+            "out_features": 2,
+            "kernel_size": (3, 3, 1),
+            "strides": (2, 2, 1),
+            "kernel_dilation": (1, 1, 1),
+        },
     ),
     "ConvLSTMCell": (
         lambda **k: _carry(pm.nn.ConvLSTMCell(**k, key=KEY), IMG),
