@@ -38,6 +38,8 @@ class MLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         zeros = nn.initializers.zeros
         x = nn.Dense(H, kernel_init=kinit("embed", "mlp"), bias_init=const(zeros, "mlp"))(x)
+        # An activation constraint: a reshard on Explicit axes, a sharding constraint on Auto.
+        x = nn.with_logical_constraint(x, ("batch", *[None] * (x.ndim - 2), "mlp"))
         x = nn.Dense(D, kernel_init=kinit("mlp", "embed"), bias_init=const(zeros, "embed"))(
             jax.nn.gelu(x)
         )
@@ -153,12 +155,13 @@ def _run(model: nn.Module, rules: Any, kind: AxisType, x: Any, y: Any, x_names: 
         ref_new = step(model, ref_params, ref_extra, OPT.init(ref_params), x, y)
         mesh = _mesh(kind)
         with nn.logical_axis_rules(rules), jax.set_mesh(mesh):
-            specs = nn.get_partition_spec(jax.eval_shape(model.init, key, x))
-            want = nn.logical_to_mesh_sharding(specs, mesh, rules)
-            params, extra = _split(jax.jit(model.init, out_shardings=want)(key, x))
             x_sharding = nn.logical_to_mesh_sharding(P(*x_names), mesh, rules)
             y_sharding = nn.logical_to_mesh_sharding(P(*x_names[: y.ndim]), mesh, rules)
             sx, sy = jax.device_put(x, x_sharding), jax.device_put(y, y_sharding)
+            # Init sees the input laid out as in training (its activation constraints too).
+            specs = nn.get_partition_spec(jax.eval_shape(model.init, key, sx))
+            want = nn.logical_to_mesh_sharding(specs, mesh, rules)
+            params, extra = _split(jax.jit(model.init, out_shardings=want)(key, sx))
             out = _forward(model, params, extra, sx)
             new = step(model, params, extra, OPT.init(params), sx, sy)
     np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-5)
