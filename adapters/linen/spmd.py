@@ -134,12 +134,26 @@ def _global_mesh_defined() -> bool:
     return not jax.sharding.get_abstract_mesh().empty
 
 
+def _names_explicit_axis(mesh: Any, spec: PartitionSpec) -> bool:
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    for entry in spec:
+        for axis in entry if isinstance(entry, tuple) else (entry,):
+            if isinstance(axis, str) and types.get(axis) == jax.sharding.AxisType.Explicit:
+                return True
+    return False
+
+
 def _with_sharding_constraint(
     x: Any, axis_resources: PartitionSpec | None, mesh: jax.sharding.Mesh | None = None
 ) -> Any:
-    """``lax.with_sharding_constraint`` when a mesh is given or set, else ``x``."""
+    """``lax.with_sharding_constraint`` when a mesh is given or set, else ``x``. Where the
+    spec names an ``Explicit`` mesh axis (beyond Flax) the sharding is part of the type, so
+    the constraint is a ``jax.sharding.reshard``, as in ``pm.with_logical_constraint``."""
     if mesh is None and not _global_mesh_defined():
         return x
+    target = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
+    if axis_resources is not None and _names_explicit_axis(target, axis_resources):
+        return jax.sharding.reshard(x, jax.sharding.NamedSharding(target, axis_resources))
     if mesh is not None and axis_resources is not None:
         return lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, axis_resources))
     return lax.with_sharding_constraint(x, axis_resources)
