@@ -3,7 +3,8 @@
 mean the same: every variant gives exactly the result of the plain Python number.
 
 The sweep covers every public op of ``pytreemod.nn.functional``, every public ``pm.nn``
-constructor, every ``adapters.linen`` layer and the functions adapters defines. Which
+constructor, every ``adapters.linen`` layer, every ``adapters.nnx`` module constructor and
+the functions adapters defines. Which
 parameters count is read from the signatures, and a test checks that the recipes below
 cover each of them, so a new numeric parameter cannot escape the sweep.
 """
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 import adapters.linen as nn
+import adapters.nnx as nnx
 import pytreemod as pm
 from pytreemod.nn import functional as F
 
@@ -507,11 +509,69 @@ class _Spectral(nn.Module):
         return norm(x, update_stats=True)
 
 
+def _nnx(module: Callable[..., Any], *inputs: Any) -> Callable[..., Any]:
+    """Build with ``Rngs(0)``, call once; the output, the state after the call and the
+    attributes holding NumPy scalars (none: one kept as a static attribute would make a
+    graphdef unequal to the one of the plain Python number)."""
+
+    def run(**kwargs: Any) -> Any:
+        layer = module(**kwargs, rngs=nnx.Rngs(0))
+        out = layer(*inputs)
+        return out, nnx.state(layer), _Static(_numpy_attributes(layer))
+
+    return run
+
+
+def _numpy_attributes(obj: Any) -> list[str]:
+    return [
+        name
+        for name, value in vars(obj).items()
+        for v in (value if type(value) in (tuple, list) else (value,))
+        if isinstance(v, np.generic)
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    """A value compared with ``==`` by ``_same`` (not a pytree, so one leaf)."""
+
+    value: Any
+
+
+def _stream(**k: Any) -> Any:
+    stream = nnx.RngStream(**k, tag="params")
+    return stream(), stream()
+
+
+NNX_RECIPES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    "BatchNorm": (
+        _nnx(nnx.BatchNorm, X),
+        {"num_features": 4, "axis": -1, "momentum": 1.0, "epsilon": 1.0},
+    ),
+    "Dropout": (
+        _nnx(lambda **k: nnx.Dropout(**k, deterministic=False), X),
+        {"rate": 0.0, "broadcast_dims": (1,)},
+    ),
+    "Dropout/rate": (_nnx(lambda **k: nnx.Dropout(**k), X), {"rate": 1.0}),
+    "Embed": (_nnx(nnx.Embed, jnp.array([[0, 4]])), {"num_embeddings": 5, "features": 3}),
+    "LayerNorm": (
+        _nnx(nnx.LayerNorm, X),
+        {"num_features": 4, "epsilon": 1.0, "reduction_axes": -1, "feature_axes": -1},
+    ),
+    "Linear": (_nnx(nnx.Linear, X), {"in_features": 4, "out_features": 3}),
+    "Rngs": (lambda **k: (nnx.Rngs(**k).params(), nnx.Rngs(**k).normal((2,))), {"default": 0}),
+    "Rngs/rngs": (lambda **k: nnx.Rngs(dropout=k["rngs"]).dropout(), {"rngs": 3}),
+    "RngStream": (_stream, {"key": 0}),
+}
+
+
 # ----------------------------------------------------------------------------- the sweep
+
+_GROUPS = {"F": F_RECIPES, "pm.nn": PM_RECIPES, "linen": LINEN_RECIPES, "nnx": NNX_RECIPES}
 
 CASES = [
     (f"{group}:{name}", call, param, value, variant)
-    for group, recipes in (("F", F_RECIPES), ("pm.nn", PM_RECIPES), ("linen", LINEN_RECIPES))
+    for group, recipes in _GROUPS.items()
     for name, (call, kwargs) in recipes.items()
     for param, value in kwargs.items()
     for variant in _variants(value)
@@ -523,6 +583,11 @@ def _same(a: Any, b: Any) -> None:
     leaves_b, tree_b = jax.tree.flatten(b)
     assert tree_a == tree_b
     for x, y in zip(leaves_a, leaves_b):
+        if isinstance(x, _Static):
+            assert x == y
+            continue
+        if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
@@ -538,10 +603,19 @@ def test_a_number_of_any_spelling_means_the_same(
     name: str, call: Callable[..., Any], param: str, value: Any, variant: Any
 ) -> None:
     group, recipe = name.split(":", 1)
-    kwargs = {"F": F_RECIPES, "pm.nn": PM_RECIPES, "linen": LINEN_RECIPES}[group][recipe][1]
+    kwargs = _GROUPS[group][recipe][1]
     if name not in _BASELINES:
         _BASELINES[name] = call(**kwargs)
     _same(call(**{**kwargs, param: variant}), _BASELINES[name])
+
+
+def test_an_nnx_module_built_from_numpy_numbers_has_the_plain_graphdef() -> None:
+    def build(n: Any, rate: Any) -> Any:
+        return nnx.Sequential(nnx.Linear(n, 3, rngs=nnx.Rngs(0)), nnx.Dropout(rate))
+
+    plain = nnx.graphdef(build(4, 0.5))
+    assert nnx.graphdef(build(np.int64(4), np.float32(0.5))) == plain
+    assert nnx.graphdef(build(4, np.float64(0.5))) == plain
 
 
 def test_a_float_in_an_int_slot_is_still_refused() -> None:
@@ -646,8 +720,26 @@ def test_every_numeric_field_of_the_linen_layers_is_swept(name: str) -> None:
     assert not missing, f"linen.{name}: add {sorted(missing)} to LINEN_RECIPES"
 
 
+def _nnx_classes() -> list[str]:
+    found = []
+    for n in nnx.SUPPORTED:
+        obj = getattr(nnx, n)
+        if isinstance(obj, type) and issubclass(obj, nnx.Module) and obj is not nnx.Module:
+            if _numeric_params(obj.__init__):
+                found.append(n)
+    return found
+
+
+@pytest.mark.parametrize("name", _nnx_classes())
+def test_every_numeric_parameter_of_the_nnx_modules_is_swept(name: str) -> None:
+    params = _numeric_params(getattr(nnx, name).__init__)
+    missing = params - _covered(NNX_RECIPES, name) - _not_swept(f"nnx.{name}")
+    assert not missing, f"nnx.{name}: add {sorted(missing)} to NNX_RECIPES"
+
+
 def test_the_sweep_is_not_empty() -> None:
     groups = {c[0].split(":")[0] for c in CASES}
-    assert groups == {"F", "pm.nn", "linen"}
+    assert groups == set(_GROUPS)
+    assert set(_nnx_classes()) >= {"BatchNorm", "Dropout", "Embed", "LayerNorm", "Linear"}
     assert len(CASES) > 200
     assert all(isinstance(v, Sequence) or np.isscalar(v) for *_, v in CASES)

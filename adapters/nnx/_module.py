@@ -1,7 +1,13 @@
 """NNX Module: a plain mutable Python object that is a node of the module graph."""
 
-from collections.abc import Iterator
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
+
+import numpy as np
 
 from ._graph import GraphNode, iter_graph
 from ._variables import Variable
@@ -15,7 +21,19 @@ class Module(GraphNode):
     Attributes may hold Variables, submodules, arrays, lists/tuples/dicts of them, and static
     values (anything else). ``nnx.split``/``nnx.state``/``nnx.update`` walk these attributes
     in sorted order; the same object reachable twice is one shared node.
+
+    A NumPy scalar passed to a subclass's ``__init__`` for a parameter annotated with a
+    Python number (``rate: float``, ``features: int``, ``axes: int | Sequence[int]``...)
+    arrives as the Python number it holds, as in pytreemod's Modules and Linen's: it then
+    means exactly what that number means (weakly typed in JAX arithmetic) and a module
+    built from a config of NumPy numbers has the same graphdef as one built from literals.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if isinstance(init, types.FunctionType):
+            cls.__init__ = _python_numbers(init)  # type: ignore[method-assign]
 
     def iter_children(self) -> Iterator[tuple[str, "Module"]]:
         """``(name, submodule)`` for the direct submodule attributes, sorted by name."""
@@ -55,6 +73,57 @@ class Module(GraphNode):
     def __repr__(self) -> str:
         parts = ", ".join(f"{k}={_short(v)}" for k, v in sorted(vars(self).items()))
         return f"{type(self).__name__}({parts})"
+
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def _is_numeric(hint: Any) -> bool:
+    if hint is int or hint is float or hint is complex:
+        return True
+    return any(_is_numeric(a) for a in typing.get_args(hint))
+
+
+def _number_slots(init: Callable[..., None]) -> tuple[frozenset[int], frozenset[str]]:
+    """Positions (``self`` is 0) and names of ``init``'s numeric parameters."""
+    try:
+        hints: dict[str, Any] = typing.get_type_hints(init)
+    except Exception:  # an unresolvable forward reference: no conversion
+        hints = {}
+    params = list(inspect.signature(init).parameters.values())
+    names = frozenset(p.name for p in params if _is_numeric(hints.get(p.name)))
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positions = frozenset(
+        i for i, p in enumerate(params) if p.name in names and p.kind in positional
+    )
+    return positions, names
+
+
+def _as_python(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value if isinstance(value, np.bool_) else value.item()
+    if type(value) in (tuple, list) and any(isinstance(v, np.generic) for v in value):
+        return type(value)(_as_python(v) for v in value)
+    return value
+
+
+def _python_numbers(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` taking NumPy scalars in its numeric parameters as Python numbers. The
+    annotations are read on the first call, when forward references are defined."""
+    slots: list[tuple[frozenset[int], frozenset[str]]] = []
+
+    @functools.wraps(init)
+    def __init__(*args: Any, **kwargs: Any) -> None:
+        if not slots:
+            slots.append(_number_slots(init))
+        positions, names = slots[0]
+        if positions and len(args) > 1:
+            args = tuple(_as_python(a) if i in positions else a for i, a in enumerate(args))
+        if kwargs and not names.isdisjoint(kwargs):
+            kwargs = {k: _as_python(v) if k in names else v for k, v in kwargs.items()}
+        init(*args, **kwargs)
+
+    return __init__
 
 
 def _short(value: Any) -> str:
