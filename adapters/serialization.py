@@ -376,7 +376,13 @@ def _msgpack_ext_unpack(code: int, data: bytes) -> Any:
             ) from None
     if code == _MsgpackExtType.npscalar:
         return _ndarray_from_bytes(data)[()]
-    return _msgpack().ExtType(code, data)
+    # Flax hands unknown codes back as msgpack.ExtType objects; nothing either library
+    # writes has one, so it is a changed byte, and a leaf of the wrong type must not load.
+    raise MsgpackDecodeError(
+        f"msgpack data holds an extension of unknown type code {code} (Flax and pytreemod "
+        f"write only codes {', '.join(str(int(c)) for c in _MsgpackExtType)}): the bytes "
+        "are corrupted or were not written by msgpack_serialize"
+    )
 
 
 def _np_convert_in_place(d: Any) -> Any:
@@ -457,6 +463,9 @@ def msgpack_restore(encoded_pytree: bytes) -> Any:
 
     Damaged or crafted bytes raise ``MsgpackDecodeError`` (a ``ValueError``) saying what
     is wrong; only plain data, arrays of numeric dtypes and complex numbers are ever built.
+    Unlike Flax, which returns an extension type it does not know as a ``msgpack.ExtType``
+    leaf, an unknown extension code is an error: neither library writes one, so it can only
+    come from a changed byte.
     """
     try:
         state = _msgpack().unpackb(

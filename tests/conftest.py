@@ -9,6 +9,14 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax
 import pytest
+from hypothesis import settings
+
+# `make test` (and CI) replays the same examples on every run: a law that fails must fail
+# for everyone who runs the suite, not on one run in fifty. To explore new examples, run
+# with HYPOTHESIS_PROFILE=explore (a fresh random seed per run, more examples).
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", max_examples=500, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
