@@ -7,6 +7,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Bytecode for the editable packages, as pip writes it for an installed wheel: where
+# PYTHONDONTWRITEBYTECODE is set, Python would otherwise compile every source file on
+# every import. Run before each target that imports them; up-to-date files are skipped.
+COMPILE := $(PY) -m compileall -q pytreemod adapters
 
 .PHONY: demo test lint pytest bench errors-doc docs clean
 
@@ -29,6 +33,7 @@ $(VENV)/.stamp-docs: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.stamp-demo
+	$(COMPILE)
 	$(PY) examples/digits_mlp.py
 
 lint: $(VENV)/.stamp-test
@@ -38,11 +43,13 @@ lint: $(VENV)/.stamp-test
 	$(VENV)/bin/lint-imports
 
 pytest: $(VENV)/.stamp-test
+	$(COMPILE)
 	$(PY) -m pytest -n 2 -q
 
 test: lint pytest
 
 bench: $(VENV)/.stamp-test
+	$(COMPILE)
 	$(PY) -m benchmarks.run_all
 
 docs: $(VENV)/.stamp-docs

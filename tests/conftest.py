@@ -4,8 +4,11 @@ import itertools
 import os
 from collections.abc import Callable
 
-# Eight simulated CPU devices for the sharding tests; must be set before JAX starts.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from tests.xla_env import xla_flags
+
+# Eight simulated CPU devices for the sharding tests, and XLA's LLVM back end at -O0:
+# must be set before JAX starts. See tests.xla_env.xla_flags.
+os.environ["XLA_FLAGS"] = xla_flags(8, os.environ.get("XLA_FLAGS", ""))
 
 import jax
 import pytest

@@ -23,6 +23,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from tests.helpers import kill_processes, wait_for_processes
+from tests.xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "linen_lm.py"
@@ -69,7 +70,7 @@ def _free_port() -> int:
 
 def _start_workers(folder: pathlib.Path) -> list[subprocess.Popen[bytes]]:
     port = _free_port()
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(4))
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     module = "tests.examples.test_linen_lm_multiprocess"

@@ -17,6 +17,7 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 from tests.helpers import wait_for_processes
+from tests.xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "sharded_lm.py"
@@ -92,7 +93,7 @@ def _free_port() -> int:
 
 def test_two_processes_train_as_one(tmp_path: pathlib.Path, tiny_runs: tuple[dict, str]) -> None:
     port = _free_port()
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(4))
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     procs = [

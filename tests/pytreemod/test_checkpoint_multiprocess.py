@@ -26,6 +26,7 @@ import pytest
 import pytreemod as pm
 from pytreemod.nn import functional as F
 from tests.helpers import wait_for_processes
+from tests.xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = (("batch", "data"), ("embed", None), ("mlp", "model"))
@@ -146,7 +147,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, lis
     """The folder the two workers wrote (a checkpoint per axis type) and their results."""
     tmp_path = tmp_path_factory.mktemp("multiprocess")
     port = _free_port()
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(4))
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     module = "tests.pytreemod.test_checkpoint_multiprocess"
