@@ -21,6 +21,8 @@ needed, and the output sharding to request:
   case the sharded side is gathered;
 - **gathers** (embedding lookup): the output is ``ids``' sharding followed by the table's
   feature sharding; a vocabulary-sharded table is looked up without gathering it;
+- **picks** (a cross entropy's label logit): a masked local pick on the class axis as
+  sharded, then reductions; the labels follow the logits' other dimensions;
 - **broadcast operands** (a bias, a norm's scale): resharded to the sharding of the
   output's trailing dimensions.
 
@@ -314,6 +316,26 @@ def gather_rows(table: Any, ids: Any, *, op: str) -> tuple[Any, NamedSharding | 
         ts[0] = ()
     table = reshard(table, mesh, ts)
     return table, NamedSharding(mesh, spec_of([*ids_ents, ts[1]]))
+
+
+def class_pick(
+    logits: Any, labels: Any, axes: Sequence[int], *, op: str
+) -> tuple[Any, NamedSharding | None, NamedSharding | None]:
+    """For picking one class per example out of ``logits`` along ``axes`` (a cross
+    entropy's label logit) with a mask and reductions, not a gather: ``labels`` resharded
+    to ``logits``' sharding of the other dimensions, ``logits``' sharding (for the class
+    indices built to compare with them) and the output's (``logits``' without ``axes``).
+    A class axis sharded over a mesh axis stays sharded: each device picks among the
+    classes it holds and the reductions sum the devices. ``None`` shardings (and
+    ``labels`` untouched) off Explicit meshes."""
+    mesh = explicit_mesh(logits, labels)
+    if mesh is None:
+        return labels, None, None
+    _check_mesh(mesh, op, {"logits": logits, "labels": labels})
+    ls = entries(logits)
+    kept = [e for d, e in enumerate(ls) if d not in axes]
+    labels = reshard(labels, mesh, kept)
+    return labels, NamedSharding(mesh, spec_of(ls)), NamedSharding(mesh, spec_of(kept))
 
 
 def match_trailing(operand: Any, like: Any) -> Any:
