@@ -2,8 +2,9 @@
 and ``nn.logical_axis_rules``), on Explicit and Auto 2x4 meshes: init places every
 parameter by its logical names, forward and an adam step equal the unsharded model, and
 the step keeps the shardings; so do a scanned stack and a vmapped ensemble whose
-parameters carry a ``layers`` axis (``metadata_params``). Flax itself has no Explicit-mesh support; the Linen layers
-run through the same pure functions as pm.nn, which derive output shardings from types.
+parameters carry a ``layers`` axis (``metadata_params``). Flax itself has no
+Explicit-mesh support; the Linen layers run through the same pure functions as pm.nn,
+which derive output shardings from types.
 """
 
 from typing import Any
