@@ -364,13 +364,15 @@ def gather_dims(x: Any, dims: Sequence[int]) -> Any:
 
 def cache_update(cache: Any, update: Any, dim: int) -> tuple[Any, Any]:
     """A decoding cache and the slice written into it (``dynamic_update_slice``), both
-    resharded to the update's sharding with dimension ``dim`` (time) replicated: the
-    cache, built replicated, follows the sharding of the keys and values projected into
-    it (batch over ``data``, heads over ``model``)."""
+    resharded to one sharding with dimension ``dim`` (time) replicated: the cache's own
+    when it is sharded (a cache created from logical names keeps its type across steps;
+    the update follows it), else the update's (a cache built replicated follows the keys
+    and values projected into it: batch over ``data``, heads over ``model``)."""
     mesh = explicit_mesh(cache, update)
     if mesh is None:
         return cache, update
-    target = entries(update)
+    own = entries(cache)
+    target = own if any(e for d, e in enumerate(own) if d != dim) else entries(update)
     target[dim] = ()
     return reshard(cache, mesh, target), reshard(update, mesh, target)
 
