@@ -17,6 +17,7 @@ import pytest
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
+import pytreemod as pm
 from adapters import linen as nn
 from adapters import traverse_util
 
@@ -297,3 +298,33 @@ def test_vmapped_ensemble_with_a_layers_axis(kind: AxisType, rules: Any) -> None
     kernel = params["VmapMLP_0"]["Dense_1"]["kernel"]
     fsdp = "data" if rules[-1] == ("embed", "data") else None
     assert _spec(kernel.sharding.spec) == _spec(P(None, "model", fsdp))
+
+
+SPLIT = (("layers", "data"), ("mlp", "model"), ("heads", "model"))  # members over data
+
+
+@MESHES
+def test_vmapped_ensemble_split_over_data(kind: AxisType) -> None:
+    xy = jax.random.normal(jax.random.key(1), (2, STACK, BATCH, D))
+    # The members (and their inputs) over data: the freshly split init keys follow them.
+    params = _run(Ensemble(), SPLIT, kind, xy[0], xy[1], ("layers", None, "embed"))
+    kernel = params["VmapMLP_0"]["Dense_0"]["kernel"]
+    assert _spec(kernel.sharding.spec) == P("data", None, "model")
+
+
+def test_scanned_stack_split_over_data_runs_on_auto_axes() -> None:
+    xy = jax.random.normal(jax.random.key(1), (2, BATCH, D))
+    params = _run(ScannedStack(), SPLIT, AxisType.Auto, xy[0], xy[1], (None, "embed"))
+    kernel = params["ScanScannedBlock_0"]["MLP_0"]["Dense_0"]["kernel"]
+    assert _spec(kernel.sharding.spec) == P("data", None, "model")
+
+
+def test_scanned_stack_split_over_data_on_an_explicit_mesh_is_a_sharding_error() -> None:
+    x = jax.random.normal(jax.random.key(1), (BATCH, D))
+    mesh = _mesh(AxisType.Explicit)
+    with nn.logical_axis_rules(SPLIT), jax.set_mesh(mesh):
+        specs = nn.get_partition_spec(jax.eval_shape(ScannedStack().init, jax.random.key(0), x))
+        want = nn.logical_to_mesh_sharding(specs, mesh, SPLIT)
+        variables = jax.jit(ScannedStack().init, out_shardings=want)(jax.random.key(0), x)
+        with pytest.raises(pm.ShardingError, match="JAX scans only over a replicated axis"):
+            ScannedStack().apply(variables, x)
