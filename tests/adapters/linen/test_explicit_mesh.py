@@ -20,6 +20,7 @@ from jax.sharding import PartitionSpec as P
 import pytreemod as pm
 from adapters import linen as nn
 from adapters import traverse_util
+from pytreemod.nn import functional as F
 
 D, H, HEADS, VOCAB, BATCH, LEN = 16, 32, 4, 24, 8, 6
 
@@ -110,8 +111,9 @@ OPT = optax.adam(1e-2)
 
 def _loss(model: nn.Module, params: Any, extra: Any, x: jax.Array, y: jax.Array) -> Any:
     out, updated = model.apply({"params": params, **extra}, x, mutable=list(extra))
-    if out.shape[-1] == VOCAB:  # an LM: cross entropy against next tokens (one-hot labels)
-        loss = -(jax.nn.log_softmax(out) * jax.nn.one_hot(y, VOCAB)).sum(-1).mean()
+    if out.shape[-1] == VOCAB:  # an LM: cross entropy against next tokens
+        # optax's integer-label loss, which leaves the vocabulary-sharded logits sharded.
+        loss = F.softmax_cross_entropy_with_integer_labels(out, y).mean()
     else:
         loss = jnp.mean((out - y) ** 2)
     return loss, updated
