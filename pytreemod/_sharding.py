@@ -352,7 +352,7 @@ def logical_zeros(shape: Sequence[int], dtype: Any, names: Sequence[Any]) -> Log
     sizes = dict(mesh.shape)
     assigned = _assign(names, rules)
     names = tuple(
-        n if size % math.prod(sizes[a] for a in _mesh_axes_set(axes)) == 0 else None
+        n if size % math.prod(sizes.get(a, 1) for a in _mesh_axes_set(axes)) == 0 else None
         for n, axes, size in zip(names, assigned, shape)
     )
     sharding = _named_sharding(mesh, _spec(_assign(names, rules)), "")

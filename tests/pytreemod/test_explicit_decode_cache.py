@@ -23,14 +23,14 @@ def _kinit(*names: str | None) -> Any:
     return pm.with_logical_partitioning(init.lecun_normal(), names)
 
 
-def _attention() -> pm.nn.MultiHeadAttention:
+def _attention(key: jax.Array | None = None) -> pm.nn.MultiHeadAttention:
     return pm.nn.MultiHeadAttention(
         4,
         16,
         kernel_init=_kinit("embed", "heads", "kv"),
         out_kernel_init=_kinit("heads", "kv", "embed"),
         use_bias=False,
-        key=jax.random.key(0),
+        key=jax.random.key(0) if key is None else key,
     )
 
 
@@ -129,3 +129,28 @@ def test_kernels_without_names_give_a_plain_cache() -> None:
     layer = pm.nn.MultiHeadAttention(4, 16, key=jax.random.key(0)).init_cache(2, MAX_LEN)
     assert layer.cached_key is not None
     assert isinstance(layer.cached_key.value, jax.Array)
+
+
+def test_a_stack_of_layers_gets_a_stacked_sharded_cache() -> None:
+    """``init_cache`` under ``pm.vmap`` (one cache per layer) and a scanned decode step."""
+    layers = {pm.PARTITION_NAME: "layers"}
+    keys = jax.random.split(jax.random.key(0), 3)
+    stack = pm.vmap(_attention, metadata_params=layers)(keys)
+
+    @pm.scan(in_axes=(pm.Carry, 0), out_axes=(pm.Carry, 0), metadata_params=layers)
+    def decode(x: jax.Array, layer: Any) -> Any:
+        return pm.apply(layer.decode, x, mutable="cache")
+
+    mesh = _mesh(AxisType.Explicit)
+    with pm.logical_axis_rules((("layers", None), *RULES)), jax.set_mesh(mesh):
+        cached = pm.vmap(lambda m: m.init_cache(2, MAX_LEN), metadata_params=layers)(
+            pm.shard(stack, mesh)
+        )
+        assert cached.cached_key is not None
+        born = cached.cached_key.value.value.sharding
+        x = jax.device_put(jnp.ones((2, 1, 16)), P("data"))
+        _, stepped = jax.jit(decode)(x, cached)
+    assert cached.cached_key.value.names == ("layers", "batch", None, "heads", "kv")
+    assert _spec(cached.cached_key.value.value) == P(None, "data", None, "model")
+    assert stepped.cached_key is not None
+    assert stepped.cached_key.value.value.sharding.is_equivalent_to(born, 5)
