@@ -16,9 +16,11 @@ What it shows:
   constraint. On an Explicit mesh every array's sharding is part of its type and JAX
   refuses an ambiguous contraction; ``pm.nn``'s ops derive each output's sharding from
   the operands' types (column parallel, row parallel, the FSDP gather, the
-  vocabulary-sharded lookup and ``attend``). The train step is a plain ``jax.jit`` with no
-  ``in_shardings``/``out_shardings``: parameters and optimizer state keep their sharding
-  because it is their type.
+  vocabulary-sharded lookup and ``attend``), and the loss is
+  ``F.softmax_cross_entropy_with_integer_labels`` (optax's, on vocabulary-sharded
+  logits). The train step is a plain ``jax.jit`` with no ``in_shardings``/
+  ``out_shardings``: parameters and optimizer state keep their sharding because it is
+  their type.
 - **The same on one device.** ``--mesh none`` trains the same model unsharded. By default
   the example runs both and checks that the loss curves agree (relative 1e-4), and it
   measures each device's parameter bytes from the arrays' addressable shards: an eighth
@@ -197,10 +199,9 @@ def global_array(value: np.ndarray, sharding: NamedSharding) -> jax.Array:
 
 def loss_fn(model: LM, batch: jax.Array) -> jax.Array:
     logits = model(batch[:, :-1])
-    # Cross entropy against one-hot targets: a take_along_axis of the vocabulary-sharded
-    # logits (optax's integer-label loss) is a gather JAX cannot shard on an Explicit mesh.
-    labels = jax.nn.one_hot(batch[:, 1:], logits.shape[-1], dtype=logits.dtype)
-    return -(jax.nn.log_softmax(logits) * labels).sum(-1).mean()
+    # optax's integer-label loss, computed without gathering the vocabulary-sharded logits
+    # (optax's own is a take_along_axis that JAX cannot shard on an Explicit mesh).
+    return F.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
 
 
 def make_step(optimizer: optax.GradientTransformation) -> Any:

@@ -40,7 +40,9 @@ from ._axis_rules import (
     _assign,
     _check_rank,
     _constrain,
+    _context_mesh,
     _is_logical_spec,
+    _mesh_axes_set,
     _named_sharding,
     _names_spec,
     _ndim,
@@ -333,3 +335,30 @@ def with_logical_constraint(
 
         out.append(jtu.tree_map_with_path(one, subtree))
     return spec_def.unflatten(out)
+
+
+def logical_zeros(shape: Sequence[int], dtype: Any, names: Sequence[Any]) -> LogicallyPartitioned:
+    """Zeros boxed as ``LogicallyPartitioned(zeros, names)``, created on the devices that
+    the active rules give ``names`` on the mesh set with ``jax.set_mesh`` (a decoding cache
+    is born sharded, not replicated and resharded later): placed directly when the mesh is
+    concrete, constrained (a ``reshard`` on Explicit axes) inside ``jax.jit``. A name whose
+    mesh axes cannot split its axis evenly (a batch of 1 over ``data``) is dropped: that
+    axis is replicated. Without active rules or a mesh: plain zeros in the box."""
+    shape, names = tuple(shape), tuple(names)
+    mesh = _context_mesh()
+    rules = _RULES.get()
+    if not rules or mesh is None:
+        return LogicallyPartitioned(jax.numpy.zeros(shape, dtype), names)
+    sizes = dict(mesh.shape)
+    assigned = _assign(names, rules)
+    names = tuple(
+        n if size % math.prod(sizes.get(a, 1) for a in _mesh_axes_set(axes)) == 0 else None
+        for n, axes, size in zip(names, assigned, shape)
+    )
+    sharding = _named_sharding(mesh, _spec(_assign(names, rules)), "")
+    if isinstance(mesh, jax.sharding.AbstractMesh):  # inside jax.jit
+        value = jax.numpy.zeros(shape, dtype)
+        value = _constrain(value, names, None, None, RulesFallback.AXIS_IS_UNSHARDED)
+    else:
+        value = jax.numpy.zeros(shape, dtype, device=sharding)
+    return LogicallyPartitioned(value, names)

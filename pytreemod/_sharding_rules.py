@@ -21,6 +21,8 @@ needed, and the output sharding to request:
   case the sharded side is gathered;
 - **gathers** (embedding lookup): the output is ``ids``' sharding followed by the table's
   feature sharding; a vocabulary-sharded table is looked up without gathering it;
+- **picks** (a cross entropy's label logit): a masked local pick on the class axis as
+  sharded, then reductions; the labels follow the logits' other dimensions;
 - **broadcast operands** (a bias, a norm's scale): resharded to the sharding of the
   output's trailing dimensions.
 
@@ -316,6 +318,26 @@ def gather_rows(table: Any, ids: Any, *, op: str) -> tuple[Any, NamedSharding | 
     return table, NamedSharding(mesh, spec_of([*ids_ents, ts[1]]))
 
 
+def class_pick(
+    logits: Any, labels: Any, axes: Sequence[int], *, op: str
+) -> tuple[Any, NamedSharding | None, NamedSharding | None]:
+    """For picking one class per example out of ``logits`` along ``axes`` (a cross
+    entropy's label logit) with a mask and reductions, not a gather: ``labels`` resharded
+    to ``logits``' sharding of the other dimensions, ``logits``' sharding (for the class
+    indices built to compare with them) and the output's (``logits``' without ``axes``).
+    A class axis sharded over a mesh axis stays sharded: each device picks among the
+    classes it holds and the reductions sum the devices. ``None`` shardings (and
+    ``labels`` untouched) off Explicit meshes."""
+    mesh = explicit_mesh(logits, labels)
+    if mesh is None:
+        return labels, None, None
+    _check_mesh(mesh, op, {"logits": logits, "labels": labels})
+    ls = entries(logits)
+    kept = [e for d, e in enumerate(ls) if d not in axes]
+    labels = reshard(labels, mesh, kept)
+    return labels, NamedSharding(mesh, spec_of(ls)), NamedSharding(mesh, spec_of(kept))
+
+
 def match_trailing(operand: Any, like: Any) -> Any:
     """``operand`` (a bias, a norm's scale: it broadcasts against ``like``'s trailing
     dimensions) resharded to the sharding of those dimensions of ``like``."""
@@ -342,13 +364,15 @@ def gather_dims(x: Any, dims: Sequence[int]) -> Any:
 
 def cache_update(cache: Any, update: Any, dim: int) -> tuple[Any, Any]:
     """A decoding cache and the slice written into it (``dynamic_update_slice``), both
-    resharded to the update's sharding with dimension ``dim`` (time) replicated: the
-    cache, built replicated, follows the sharding of the keys and values projected into
-    it (batch over ``data``, heads over ``model``)."""
+    resharded to one sharding with dimension ``dim`` (time) replicated: the cache's own
+    when it is sharded (a cache created from logical names keeps its type across steps;
+    the update follows it), else the update's (a cache built replicated follows the keys
+    and values projected into it: batch over ``data``, heads over ``model``)."""
     mesh = explicit_mesh(cache, update)
     if mesh is None:
         return cache, update
-    target = entries(update)
+    own = entries(cache)
+    target = own if any(e for d, e in enumerate(own) if d != dim) else entries(update)
     target[dim] = ()
     return reshard(cache, mesh, target), reshard(update, mesh, target)
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from ._errors import TransformError, require_callable
 from ._meta import add_axis
 from ._pack import Skeleton, pack, unpack
+from ._sharding_rules import entries, explicit_mesh, reshard
 from ._transforms_axes import (
     Carry,
     _args_spec,
@@ -103,6 +104,7 @@ def vmap(
         skel, arrays = _remove_box_axes(skel, arrays, slot_values, slot_axis, params)
         array_axes = [slot_axis[s] for s in skel.array_slots()]
         _check_mapped_sizes(skel, arrays, array_axes, axis_size)
+        arrays = _align_mapped_shardings(arrays, array_axes)
         cell: dict[str, Any] = {}
 
         def body(arrays: list[Any]) -> Any:
@@ -168,3 +170,28 @@ def _check_mapped_sizes(
         "Every mapped input needs the same size; give in_axes=None to what is the same "
         "for every element (e.g. in_axes=(None, 0) for a model and a batch)."
     )
+
+
+def _align_mapped_shardings(arrays: list[Any], axes: list[Any]) -> list[Any]:
+    """On an Explicit mesh JAX's vmap needs every mapped axis sharded alike: an input whose
+    mapped axis is replicated (fresh PRNG keys split for an ensemble's members, a stack
+    built unplaced) is resharded to the mesh axes another input's mapped axis uses (an
+    ensemble sharded over ``data`` by a ``("layers", "data")`` rule). An input that uses
+    those mesh axes on another of its axes is left as it is."""
+    mapped = [(i, ax) for i, ax in enumerate(axes) if isinstance(ax, int)]
+    mesh, target = None, ()
+    for i, ax in mapped:
+        mesh = explicit_mesh(arrays[i])
+        target = entries(arrays[i])[ax] if mesh is not None else ()
+        if target:
+            break
+    if not target:
+        return arrays
+    out = list(arrays)
+    for i, ax in mapped:
+        ents = entries(out[i])
+        if ents[ax] or any(set(e) & set(target) for e in ents):
+            continue
+        ents[ax] = target
+        out[i] = reshard(out[i], mesh, ents)
+    return out

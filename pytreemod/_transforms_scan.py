@@ -19,9 +19,10 @@ from typing import Any, ParamSpec, TypeVar, overload
 import jax
 import jax.numpy as jnp
 
-from ._errors import TransformError, require_callable
+from ._errors import ShardingError, TransformError, require_callable
 from ._meta import add_axis
 from ._pack import Skeleton, pack, unpack
+from ._sharding_rules import entries, explicit_mesh
 from ._transforms_axes import (
     Carry,
     StateAxes,
@@ -268,8 +269,26 @@ def _rebuild_carry(plan: _Plan, final: list[Any], state_ys: list[Any]) -> Any:
     return carry_out if len(plan.carry_args) > 1 else carry_out[0]
 
 
+def _check_scanned_axes(xs: list[Any]) -> None:
+    """On an Explicit mesh JAX scans only over a replicated leading axis: a stack sharded
+    along it (``("layers", "data")``) is a ``ShardingError`` with the fix, not JAX's."""
+    for x in xs:
+        if explicit_mesh(x) is None or not entries(x)[0]:
+            continue
+        shape = "x".join(map(str, x.shape))
+        raise ShardingError(
+            f"scan: an array scanned over ({shape} sharded {jax.typeof(x).sharding.spec}) "
+            f"is split along its scanned axis over mesh axes {entries(x)[0]} of an Explicit "
+            "mesh, and JAX scans only over a replicated axis. Fix: map that axis's logical "
+            "name (metadata_params' PARTITION_NAME, e.g. 'layers') to None in the rules "
+            "(('layers', None)), reshard the stack with that axis replicated, or use a mesh "
+            "of Auto axes."
+        )
+
+
 def _run(fun: Callable[..., Any], args: tuple[Any, ...], opts: _Options) -> Any:
     plan = _plan(fun, args, opts)
+    _check_scanned_axes(plan.xs)
     cell: dict[str, Any] = {}
     final, (ys, state_ys) = jax.lax.scan(
         _make_body(fun, plan, opts, cell),

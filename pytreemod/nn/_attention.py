@@ -12,13 +12,14 @@ from .._errors import AxisMetadataError, LayerConfigError
 from .._meta import AxisMetadata
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
+from .._sharding import logical_zeros
 from .._trace_cache import trace_once
 from .._variables import Cache, Param
 from . import _ops_attention as A
 from . import _ops_linear as L
 from ._init import Initializer, default_bias_init, default_kernel_init, kernel_bias_keys
 from ._normalization import LayerNorm
-from ._ops_common import var_value
+from ._ops_common import unboxed, var_value
 from ._validate import callable_arg, layer_args, one_of, positive_int, positive_ints, probability
 
 _MHA = TypeVar("_MHA", bound="MultiHeadAttention")
@@ -234,7 +235,10 @@ class MultiHeadAttention(Module, typecheck=True):
     ``max_len`` is an error, never a silent overwrite: eagerly a ``LayerConfigError``;
     under ``jit``/``scan`` the compiled call fails (a ``JaxRuntimeError``) with the same
     "The decoding cache is full" message (in a program sharded over several devices,
-    XLA ends the process after printing it; see ``pytreemod.nn._checks``).
+    XLA ends the process after printing it; see ``pytreemod.nn._checks``). With kernels
+    boxed with logical names, the cached keys/values are ``LogicallyPartitioned`` with
+    ``("batch", None, heads, head_dim)`` (the kernels' names), created with the sharding
+    the active rules give them on the mesh set with ``jax.set_mesh``.
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -445,8 +449,12 @@ class MultiHeadAttention(Module, typecheck=True):
         dtype = dtype or self.dtype or kernel.dtype
         kv_dim = var_value(self.value.kernel).shape[-1]
         return self.replace(
-            cached_key=Cache(jnp.zeros((*batch, max_len, self.num_heads, self.head_dim), dtype)),
-            cached_value=Cache(jnp.zeros((*batch, max_len, self.num_heads, kv_dim), dtype)),
+            cached_key=Cache(
+                _cache_zeros((*batch, max_len, self.num_heads, self.head_dim), dtype, self.key)
+            ),
+            cached_value=Cache(
+                _cache_zeros((*batch, max_len, self.num_heads, kv_dim), dtype, self.value)
+            ),
             cache_index=Cache(jnp.zeros((), jnp.int32)),
         )
 
@@ -472,14 +480,15 @@ class MultiHeadAttention(Module, typecheck=True):
                 "decoding with `layer = layer.init_cache(batch_shape, max_len)` first."
             )
         q, k, v = self._qkv(inputs, inputs, inputs)
+        old_key, old_value = self.cached_key.get(), self.cached_value.get()
         new_key, new_value, new_index, cache_mask = A.update_kv_cache(
-            self.cached_key.get(), self.cached_value.get(), self.cache_index.get(), k, v
+            unboxed(old_key), unboxed(old_value), self.cache_index.get(), k, v
         )
-        self.cached_key.set(new_key)
-        self.cached_value.set(new_value)
+        self.cached_key.set(_rebox(old_key, new_key))
+        self.cached_value.set(_rebox(old_value, new_value))
         self.cache_index.set(new_index)
         # Read the cache back through the apply call: later calls in it see the same state.
-        k_all, v_all = self.cached_key.get(), self.cached_value.get()
+        k_all, v_all = unboxed(self.cached_key.get()), unboxed(self.cached_value.get())
         x = A.dot_product_attention(
             q,
             k_all,
@@ -490,3 +499,29 @@ class MultiHeadAttention(Module, typecheck=True):
             implementation=self.implementation,
         )
         return self.out(x, out_sharding=out_sharding)
+
+
+def _cache_zeros(shape: tuple[int, ...], dtype: Any, projection: ProjectHeads) -> Any:
+    """A decoding cache ``(*batch, max_len, heads, head_dim)`` of zeros. When the
+    projection's kernel is boxed with names (``(in, heads, head_dim)``), the cache is boxed
+    as ``LogicallyPartitioned`` with ``("batch", None..., None, heads, head_dim)``: the
+    first batch axis is ``"batch"``, the time axis is unnamed (each step writes one
+    position, which ``update_kv_cache`` keeps replicated) and the heads and head_dim take
+    the kernel's names, so under active rules and a mesh it is created with the sharding
+    the keys and values projected into it have."""
+    names = getattr(getattr(projection.kernel, "value", None), "names", None)
+    if names is None or len(names) != 3:
+        return jnp.zeros(shape, dtype)
+    n_batch = len(shape) - 3
+    batch: tuple[str | None, ...] = ("batch", *[None] * (n_batch - 1)) if n_batch else ()
+    taken = {names[1], names[2]}
+    if "batch" in taken:  # a kernel axis named "batch" (unusual): leave the batch unnamed
+        batch = (None,) * n_batch
+    return logical_zeros(shape, dtype, (*batch, None, names[1], names[2]))
+
+
+def _rebox(old: Any, new: Any) -> Any:
+    """``new`` in the boxes ``old`` was in (the cache keeps its names across writes)."""
+    if isinstance(old, AxisMetadata):
+        return old.replace_boxed(_rebox(getattr(old, "value", None), new))
+    return new

@@ -33,6 +33,9 @@ from ._ops_linear import embed as embed
 from ._ops_linear import linear as linear
 from ._ops_linear import merge_heads as merge_heads
 from ._ops_linear import project_heads as project_heads
+from ._ops_loss import (
+    softmax_cross_entropy_with_integer_labels as softmax_cross_entropy_with_integer_labels,
+)
 from ._ops_norm import batch_norm as batch_norm
 from ._ops_norm import batch_stats as batch_stats
 from ._ops_norm import compute_stats as compute_stats
@@ -107,5 +110,6 @@ __all__ = [
     "rnn",
     "select_last_carry",
     "simple_cell",
+    "softmax_cross_entropy_with_integer_labels",
     "update_kv_cache",
 ]

@@ -228,3 +228,46 @@ def test_lm_with_vocab_sharded_embedding_over_scanned_blocks(kind: AxisType, rul
     )
     assert _spec(s_model.embed.embedding.value.value)[0] == "model"
     assert new_model.blocks.attn.query.kernel.value.names == ("layers", "embed", "heads", "kv")
+
+
+# ----------------------------------------------------------------------------- stacks over data
+
+
+def _tanh_layer(key: jax.Array) -> pm.nn.Linear:
+    return pm.nn.Linear(D, D, kernel_init=kinit("embed", "mlp"), use_bias=False, key=key)
+
+
+def test_scan_over_a_stack_split_along_its_scanned_axis_is_a_sharding_error() -> None:
+    stack = pm.vmap(_tanh_layer, metadata_params=LAYERS)(jax.random.split(jax.random.key(0), 4))
+    forward = pm.scan(
+        lambda x, layer: jnp.tanh(layer(x)),
+        in_axes=(pm.Carry, 0),
+        out_axes=pm.Carry,
+        metadata_params=LAYERS,
+    )
+    mesh = jax.make_mesh((2, 4), ("data", "model"))
+    with pm.logical_axis_rules((("layers", "data"),)), jax.set_mesh(mesh):
+        sharded = pm.shard(stack, mesh)
+        with pytest.raises(pm.ShardingError, match=r"4x16x16 sharded P\('data', None, None\)"):
+            jax.jit(forward)(jnp.ones((BATCH, D)), sharded)
+    # The same stack with the layers axis replicated scans.
+    with pm.logical_axis_rules((("layers", None),)), jax.set_mesh(mesh):
+        out = jax.jit(forward)(jnp.ones((BATCH, D)), pm.shard(stack, mesh))
+    np.testing.assert_allclose(out, forward(jnp.ones((BATCH, D)), stack), rtol=1e-5, atol=1e-6)
+
+
+def test_vmap_aligns_replicated_mapped_inputs_with_a_sharded_one() -> None:
+    """Fresh keys (replicated) mapped with inputs split over data along the mapped axis."""
+    keys = jax.random.split(jax.random.key(0), 4)
+    x = jax.random.normal(jax.random.key(1), (4, BATCH, D))
+
+    def member(key: jax.Array, x: jax.Array) -> jax.Array:
+        return _tanh_layer(key)(x)
+
+    ref = pm.vmap(member)(keys, x)
+    mesh = jax.make_mesh((2, 4), ("data", "model"))
+    with jax.set_mesh(mesh):
+        sx = jax.device_put(x, P("data"))
+        out = jax.jit(pm.vmap(member))(keys, sx)
+    assert jax.typeof(out).sharding.spec[0] == "data"
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)

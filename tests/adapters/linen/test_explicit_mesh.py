@@ -1,8 +1,10 @@
 """Linen models written with logical partitioning only (``nn.with_logical_partitioning``
 and ``nn.logical_axis_rules``), on Explicit and Auto 2x4 meshes: init places every
 parameter by its logical names, forward and an adam step equal the unsharded model, and
-the step keeps the shardings. Flax itself has no Explicit-mesh support; the Linen layers
-run through the same pure functions as pm.nn, which derive output shardings from types.
+the step keeps the shardings; so do a scanned stack and a vmapped ensemble whose
+parameters carry a ``layers`` axis (``metadata_params``). Flax itself has no
+Explicit-mesh support; the Linen layers run through the same pure functions as pm.nn,
+which derive output shardings from types.
 """
 
 from typing import Any
@@ -15,7 +17,10 @@ import pytest
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
+import pytreemod as pm
 from adapters import linen as nn
+from adapters import traverse_util
+from pytreemod.nn import functional as F
 
 D, H, HEADS, VOCAB, BATCH, LEN = 16, 32, 4, 24, 8, 6
 
@@ -106,8 +111,9 @@ OPT = optax.adam(1e-2)
 
 def _loss(model: nn.Module, params: Any, extra: Any, x: jax.Array, y: jax.Array) -> Any:
     out, updated = model.apply({"params": params, **extra}, x, mutable=list(extra))
-    if out.shape[-1] == VOCAB:  # an LM: cross entropy against next tokens (one-hot labels)
-        loss = -(jax.nn.log_softmax(out) * jax.nn.one_hot(y, VOCAB)).sum(-1).mean()
+    if out.shape[-1] == VOCAB:  # an LM: cross entropy against next tokens
+        # optax's integer-label loss, which leaves the vocabulary-sharded logits sharded.
+        loss = F.softmax_cross_entropy_with_integer_labels(out, y).mean()
     else:
         loss = jnp.mean((out - y) ** 2)
     return loss, updated
@@ -217,3 +223,110 @@ def test_batch_norm_and_layer_norm(kind: AxisType, rules: Any) -> None:
     y = jax.random.normal(jax.random.key(2), (BATCH, H))
     params = _run(NormNet(), rules, kind, x, y, ("batch", "embed"))
     assert _spec(params["LayerNorm_0"]["scale"].sharding.spec) == P("model")
+
+
+# ----------------------------------------------------------------------------- stacks
+
+STACK = 4
+LAYER_AXIS = {nn.PARTITION_NAME: "layers"}
+
+
+class ScannedBlock(nn.Module):
+    """One residual MLP block, the body of a scan (the carry keeps its sharding)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array, _: Any) -> tuple[jax.Array, None]:
+        return x + MLP()(x), None
+
+
+class ScannedStack(nn.Module):
+    """``STACK`` blocks as one scanned module: every parameter gains a ``layers`` axis."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        blocks = nn.scan(
+            ScannedBlock,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            length=STACK,
+            metadata_params=LAYER_AXIS,
+        )
+        return blocks()(x, None)[0]
+
+
+class Ensemble(nn.Module):
+    """``STACK`` independent MLPs, each applied to its own slice of the input."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        members = nn.vmap(
+            MLP,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=0,
+            metadata_params=LAYER_AXIS,
+        )
+        return members()(x)
+
+
+def _names(variables: Any) -> dict[str, Any]:
+    flat = traverse_util.flatten_dict(dict(variables["params"]), sep="/")
+    return {k: v.names for k, v in flat.items()}
+
+
+@MESHES
+@RULES
+def test_scanned_stack_with_a_layers_axis(kind: AxisType, rules: Any) -> None:
+    rules = (("layers", None), *rules)
+    xy = jax.random.normal(jax.random.key(1), (2, BATCH, D))
+    names = _names(ScannedStack().init(jax.random.key(0), xy[0]))
+    assert names["ScanScannedBlock_0/MLP_0/Dense_0/kernel"] == ("layers", "embed", "mlp")
+    assert all(n[0] == "layers" for n in names.values())
+    params = _run(ScannedStack(), rules, kind, xy[0], xy[1], ("batch", "embed"))
+    kernel = params["ScanScannedBlock_0"]["MLP_0"]["Dense_0"]["kernel"]
+    assert kernel.shape == (STACK, D, H)
+    fsdp = "data" if rules[-1] == ("embed", "data") else None
+    assert _spec(kernel.sharding.spec) == P(None, fsdp, "model")
+
+
+@MESHES
+@RULES
+def test_vmapped_ensemble_with_a_layers_axis(kind: AxisType, rules: Any) -> None:
+    rules = (("layers", None), *rules)
+    xy = jax.random.normal(jax.random.key(1), (2, STACK, BATCH, D))
+    names = _names(Ensemble().init(jax.random.key(0), xy[0]))
+    assert names["VmapMLP_0/Dense_1/kernel"] == ("layers", "mlp", "embed")
+    params = _run(Ensemble(), rules, kind, xy[0], xy[1], (None, "batch", "embed"))
+    kernel = params["VmapMLP_0"]["Dense_1"]["kernel"]
+    fsdp = "data" if rules[-1] == ("embed", "data") else None
+    assert _spec(kernel.sharding.spec) == _spec(P(None, "model", fsdp))
+
+
+SPLIT = (("layers", "data"), ("mlp", "model"), ("heads", "model"))  # members over data
+
+
+@MESHES
+def test_vmapped_ensemble_split_over_data(kind: AxisType) -> None:
+    xy = jax.random.normal(jax.random.key(1), (2, STACK, BATCH, D))
+    # The members (and their inputs) over data: the freshly split init keys follow them.
+    params = _run(Ensemble(), SPLIT, kind, xy[0], xy[1], ("layers", None, "embed"))
+    kernel = params["VmapMLP_0"]["Dense_0"]["kernel"]
+    assert _spec(kernel.sharding.spec) == P("data", None, "model")
+
+
+def test_scanned_stack_split_over_data_runs_on_auto_axes() -> None:
+    xy = jax.random.normal(jax.random.key(1), (2, BATCH, D))
+    params = _run(ScannedStack(), SPLIT, AxisType.Auto, xy[0], xy[1], (None, "embed"))
+    kernel = params["ScanScannedBlock_0"]["MLP_0"]["Dense_0"]["kernel"]
+    assert _spec(kernel.sharding.spec) == P("data", None, "model")
+
+
+def test_scanned_stack_split_over_data_on_an_explicit_mesh_is_a_sharding_error() -> None:
+    x = jax.random.normal(jax.random.key(1), (BATCH, D))
+    mesh = _mesh(AxisType.Explicit)
+    with nn.logical_axis_rules(SPLIT), jax.set_mesh(mesh):
+        specs = nn.get_partition_spec(jax.eval_shape(ScannedStack().init, jax.random.key(0), x))
+        want = nn.logical_to_mesh_sharding(specs, mesh, SPLIT)
+        variables = jax.jit(ScannedStack().init, out_shardings=want)(jax.random.key(0), x)
+        with pytest.raises(pm.ShardingError, match="JAX scans only over a replicated axis"):
+            ScannedStack().apply(variables, x)
