@@ -19,6 +19,7 @@ from operator import itemgetter
 from typing import Any
 
 _VECTOR = 4  # from this many children of one structure on, they are checked together
+_FEW_KEYS = 8  # a dict with more keys than this has its key set compared whole
 _MAX_CONDS = 96  # beyond this, the caller checks the container by flattening it
 
 # Names the conditions use besides their constants: the caller puts these in scope.
@@ -86,7 +87,12 @@ def _one(
     children = treedef.children()
     _add(out, f"type({var} := {expr}) is {const(typ)}")
     if typ is dict:
-        _add(out, f"{var}.keys() == {_keys(treedef, const)}")
+        if len(children) > _FEW_KEYS:
+            _add(out, f"{var}.keys() == {_keys(treedef, const)}")
+        else:  # cheaper for a few keys: as many keys, each of them present
+            _add(out, f"len({var}) == {len(children)}")
+            for key in data[1]:
+                _add(out, f"{const(key)} in {var}")
         if _uniform(children):
             _many(out, f"{var}.values()", children[0], const, local)
             return

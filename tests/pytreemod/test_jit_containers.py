@@ -122,3 +122,15 @@ def test_a_large_container_of_unlike_children_is_recognised_and_checked() -> Non
     assert slow() == 2
     assert out[2][1][0] == 2.0
     assert step.traces[-1][2][1][0] == 1.0
+
+
+def test_a_renamed_key_of_a_dict_with_many_keys_is_checked() -> None:
+    step = _step()
+    slow = _slow_calls(step)
+    state = step(step(_layers(12)))
+    assert slow() == 1
+    layers = dict(state["layers"])
+    layers[100] = layers.pop(7)  # as many keys as before, one of them another
+    out = step({"layers": layers})
+    assert slow() == 2
+    assert 100 in out["layers"] and 7 not in out["layers"]
