@@ -4,9 +4,10 @@ structure, without flattening it.
 ``jit``'s fast path must confirm, on every call, that an argument such as an optimizer
 state dict still has the structure it was checked with and holds arrays only. Flattening
 it sorts every dict's keys and builds a treedef to compare: about 0.1 µs per leaf. The
-conditions written here compare a dict's keys as one set, and check the children of a
-node whose children all have one structure (the layers of a model, the two arrays of a
-layer) together: one ``map`` over them per level, so the per-leaf work runs in C.
+conditions written here compare a dict's keys directly (as one set when there are many),
+and check the children of a node whose children all have one structure (the layers of a
+model, the two arrays of a layer) together: a few ``map`` calls per level, so the work per
+leaf runs in C. A structure too irregular for that is left to the caller (``TooLarge``).
 
 The conditions are source text for a generated function (see ``_jit._learn_pattern``):
 ``conds(expr, treedef, const, local)`` returns them for the value of ``expr``, naming
