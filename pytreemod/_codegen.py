@@ -108,6 +108,10 @@ class _Emitter:
             self.lines.append(f"{name} = _new({self.const(typ)}); _set_value({name}, {value})")
             return name
         if isinstance(typ, type) and _is_namedtuple(typ):
+            if not children and _generated_new(typ):
+                # Immutable and empty (an optimizer's EmptyState): one instance serves
+                # every call.
+                return self.const(tuple.__new__(typ, ()))
             items = "".join(f"{self.emit(c)}, " for c in children)
             if _generated_new(typ):  # skip the Python-level __new__: same result
                 return f"_tuple_new({self.const(typ)}, ({items}))"

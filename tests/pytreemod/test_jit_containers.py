@@ -1,11 +1,12 @@
 """pm.jit's fast path on containers of arrays (optimizer states, batches): recognised
 without flattening, and any change of structure or a non-array leaf is checked again."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.core import Tracer
 
 import pytreemod as pm
@@ -134,3 +135,17 @@ def test_a_renamed_key_of_a_dict_with_many_keys_is_checked() -> None:
     out = step({"layers": layers})
     assert slow() == 2
     assert 100 in out["layers"] and 7 not in out["layers"]
+
+
+class _Nothing(NamedTuple):
+    pass
+
+
+def test_empty_named_tuples_in_the_output_keep_their_type() -> None:
+    # An optimizer's EmptyState holds nothing: every call may return the same instance.
+    f = pm.jit(lambda x: (x + 1, optax.EmptyState(), _Nothing()))
+    for i in range(3):
+        y, empty, nothing = f(jnp.ones(2) * i)
+        np.testing.assert_allclose(y, jnp.ones(2) * i + 1)
+        assert type(empty) is optax.EmptyState and empty == ()
+        assert type(nothing) is _Nothing and len(nothing) == 0
