@@ -25,6 +25,7 @@ _new = object.__new__
 _set_value = Variable.__dict__["value"].__set__
 # ``obj.__dict__ = d`` without the attribute lookup: one dict per module, no copy.
 _set_dict = Module.__dict__["__dict__"].__set__
+_tuple_new: Any = tuple.__new__
 _drain = collections.deque(maxlen=0).extend  # runs an iterator to its end, in C
 _BATCH = 16
 
@@ -108,6 +109,10 @@ class _Emitter:
             self.lines.append(f"{name} = _new({self.const(typ)}); _set_value({name}, {value})")
             return name
         if isinstance(typ, type) and _is_namedtuple(typ):
+            if not children and _generated_new(typ):
+                # Immutable and empty (an optimizer's EmptyState): one instance serves
+                # every call.
+                return self.const(_tuple_new(typ, ()))
             items = "".join(f"{self.emit(c)}, " for c in children)
             if _generated_new(typ):  # skip the Python-level __new__: same result
                 return f"_tuple_new({self.const(typ)}, ({items}))"

@@ -41,6 +41,8 @@ from ._errors import TransformError, require_callable
 from ._filters import FilterLike, check_collections, to_filter
 from ._module import BoundMethod, Module
 from ._pack import Skeleton, pack, unpack
+from ._purecheck import NAMES, TooLarge, is_pure
+from ._purecheck import conds as pure_conds
 from ._retrace import DEFAULT_WARN_RETRACES, TraceLog
 from ._tree import format_path, is_array
 
@@ -142,7 +144,6 @@ def _eq(x: Any, y: Any) -> bool:
 # them are checked by structure on every call.
 _WEAK_TYPES = (Module, BoundMethod)
 _PATTERNS_PER_ENTRY = 4
-_PURE_INLINE = 16  # a container of arrays with more nodes than this is checked by flattening
 
 
 class _Last:
@@ -190,16 +191,6 @@ def _pure_ok(x: Any, treedef: Any) -> bool:
     return td == treedef and set(map(type, leaves)) <= _ARRAY_TYPES
 
 
-def _is_pure(treedef: Any) -> bool:
-    """Whether ``treedef`` is made of dicts, lists, tuples and None only."""
-    data = treedef.node_data()
-    if data is None:
-        return True
-    if data[0] not in (dict, list, tuple, type(None)):
-        return False
-    return all(_is_pure(c) for c in treedef.children())
-
-
 def _is_container(typ: Any) -> bool:
     return typ in (tuple, list, dict) or (isinstance(typ, type) and _is_namedtuple(typ))
 
@@ -227,7 +218,7 @@ class _TestWriter:
 
     def __init__(self, last: _Last):
         self.conds: list[str] = []
-        self.consts: dict[str, Any] = {"_AT": _ARRAY_TYPES, "_pure_ok": _pure_ok}
+        self.consts: dict[str, Any] = {"_AT": _ARRAY_TYPES, "_pure_ok": _pure_ok, **NAMES}
         self.refs: list[weakref.ref[Any]] = []
         live = [r() for r in last.items]
         self.in_last = {id(o): j for j, o in enumerate(live) if o is not None}
@@ -238,6 +229,10 @@ class _TestWriter:
         name = f"k{len(self.consts)}"
         self.consts[name] = value
         return name
+
+    def local(self) -> str:
+        self.locals += 1
+        return f"x{self.locals - 1}"
 
     def node(self, obj: Any, treedef: Any, expr: str) -> bool:
         """Conditions recognising ``obj`` (of structure ``treedef``) at ``expr``; False if
@@ -264,15 +259,18 @@ class _TestWriter:
             return True
         if not _is_container(typ) or type(obj) is not typ:
             return False
-        # The container is read once into a local; its children are read from that.
-        var = f"x{self.locals}"
-        self.locals += 1
-        if treedef.num_nodes > _PURE_INLINE and _is_pure(treedef):
-            self.conds.append(
-                f"type({var} := {expr}) is {self.const(typ)} "
-                f"and _pure_ok({var}, {self.const(treedef)})"
-            )
+        if is_pure(treedef):
+            try:
+                self.conds += pure_conds(expr, treedef, self.const, self.local)
+            except TooLarge:  # checked by flattening it
+                var = self.local()
+                self.conds.append(
+                    f"type({var} := {expr}) is {self.const(typ)} "
+                    f"and _pure_ok({var}, {self.const(treedef)})"
+                )
             return True
+        # The container is read once into a local; its children are read from that.
+        var = self.local()
         self.conds.append(f"type({var} := {expr}) is {self.const(typ)}")
         items, shape = _children(treedef, var, self.const)
         self.conds.append(shape)
