@@ -116,6 +116,10 @@ F_RECIPES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
         {"dropout_rate": 0.0},
     ),
     "dropout": (lambda **k: F.dropout(X, key=KEY, **k), {"rate": 0.0, "broadcast_dims": (1,)}),
+    "softmax_cross_entropy_with_integer_labels": (
+        lambda **k: F.softmax_cross_entropy_with_integer_labels(X, jnp.zeros((2, 6), int), **k),
+        {"axis": -1},
+    ),
     "einsum_bias_shape": (
         lambda **k: F.einsum_bias_shape("abc,cd->abd", **k),
         {"x_shape": (2, 6, 4), "kernel_shape": (4, 3)},
