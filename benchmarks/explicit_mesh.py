@@ -141,8 +141,10 @@ def raw_params(model: Encoder) -> dict[str, Any]:
 
 
 def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    """RMSNorm as pm.nn's (Flax's) computes it: the scale multiplies the inverse root
+    before the input does."""
     scale = reshard(scale, P(None))  # the scale is split 8 ways: gathered for use
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS) * scale
+    return x * (jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS) * scale)
 
 
 def _raw_block(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
