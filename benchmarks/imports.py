@@ -9,9 +9,11 @@ pytreemod"`` shows where the time goes module by module.
 
 Two settings: the environment as it is, and with Python's bytecode cache on (``.pyc`` files
 written by a first import into a temporary ``PYTHONPYCACHEPREFIX``, as an installed package
-has them). Where ``PYTHONDONTWRITEBYTECODE`` is set and the packages are not installed,
-every fresh interpreter compiles the project's sources again, while jax and flax come
-precompiled from site-packages: the first setting then measures mostly compile time.
+has them). Where ``PYTHONDONTWRITEBYTECODE`` is set, Python reads bytecode but never
+writes it: the project's editable sources then have bytecode only where ``make`` compiled
+it (``compileall``, as pip does for an installed wheel); without that, every fresh
+interpreter would compile them again, while jax and flax come precompiled from
+site-packages.
 
 Run: ``python -m benchmarks.imports [--rounds N]`` (prints a Markdown table).
 """
@@ -103,7 +105,12 @@ def main() -> None:
     )
     print(
         "### The environment as it is"
-        + (" (PYTHONDONTWRITEBYTECODE set: no bytecode cache)" if no_cache else "")
+        + (
+            " (PYTHONDONTWRITEBYTECODE set: only the bytecode already on disk is read, "
+            "for the project what `make` compiled)"
+            if no_cache
+            else ""
+        )
         + "\n"
     )
     table(as_is)
