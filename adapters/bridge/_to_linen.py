@@ -12,6 +12,7 @@ is not passed: a deterministic call needs none. If the call then fails and would
 with a key, the error (``InvalidRngError``) names this module and the stream to pass.
 """
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,6 +28,15 @@ from ._keys import from_linen_keys, to_linen_keys
 
 def _is_var(x: Any) -> bool:
     return isinstance(x, pm.Variable)
+
+
+def _takes(factory: Any, keyword: str) -> bool:
+    """Whether ``factory`` accepts ``keyword`` (true where its signature cannot be read)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def _hashable(x: Any) -> Any:
@@ -53,7 +63,9 @@ class ToLinen(nn.Module):
     - ``args``, ``kwargs``: the factory's arguments.
     - ``method``: the name of the method a call runs (default ``__call__``).
     - ``rng_collection``: the rng stream that provides the build key (``params``).
-    - ``key_arg``: the factory's keyword for the key (``key``); ``None`` passes no key.
+    - ``key_arg``: the factory's keyword for the key (``key``); ``None`` passes no key,
+      and neither does a factory whose signature has no such keyword
+      (``pm.nn.Dropout``).
     - ``call_rngs``: ``{call keyword: rng stream}``; each call not given that keyword gets
       ``make_rng(stream)`` there (``{"key": "dropout"}`` for ``pm.nn.Dropout``), when the
       stream (or ``params``, Linen's fallback) is provided; otherwise nothing.
@@ -76,12 +88,18 @@ class ToLinen(nn.Module):
         fields = (self.module, self.args, self.kwargs, self.method, self.rng_collection)
         return hash((type(self), *map(_hashable, fields), self.key_arg, self.call_rngs, self.name))
 
+    def _needs_key(self) -> bool:
+        """Whether building calls the factory with a key from ``rng_collection``."""
+        if isinstance(self.module, pm.Module) or self.key_arg is None:
+            return False
+        return self.key_arg not in self.kwargs and _takes(self.module, self.key_arg)
+
     def _build(self, key: jax.Array | None) -> Any:
         if isinstance(self.module, pm.Module):
             return self.module
         kwargs = dict(self.kwargs)
-        if self.key_arg is not None and self.key_arg not in kwargs:
-            kwargs[self.key_arg] = key
+        if self._needs_key():
+            kwargs[str(self.key_arg)] = key
         return self.module(*self.args, **kwargs)
 
     def _template(self) -> Any:
@@ -100,8 +118,7 @@ class ToLinen(nn.Module):
         return template
 
     def _skeleton(self) -> Any:
-        needs_key = self.key_arg is not None and self.key_arg not in self.kwargs
-        key = jax.random.key(0) if needs_key else None
+        key = jax.random.key(0) if self._needs_key() else None
         return pm.eval_shape(lambda: self._build(key))
 
     def _stored(self) -> dict[str, Any]:
@@ -128,9 +145,7 @@ class ToLinen(nn.Module):
                 missing[keyword] = stream
         stored = self._stored()
         if self.is_initializing() and not stored:
-            needs_key = not isinstance(self.module, pm.Module) and (
-                self.key_arg is not None and self.key_arg not in self.kwargs
-            )
+            needs_key = self._needs_key()
             if needs_key and not self._has_rng(self.rng_collection):
                 raise self._rng_error(self.rng_collection, f"the {self.key_arg}= that builds it")
             model = self._build(self.make_rng(self.rng_collection) if needs_key else None)

@@ -290,6 +290,29 @@ def test_call_rngs_hand_a_fresh_key_from_a_linen_stream() -> None:
     assert jnp.array_equal(given, pm.nn.Dropout(0.5)(x, key=jax.random.key(3)))
 
 
+def test_a_factory_without_a_key_keyword_is_built_without_one() -> None:
+    # Dropout's constructor takes no key: none is drawn or passed, with or without key_arg.
+    x = jnp.ones((4, 8))
+    for drop in (
+        bridge.to_linen(pm.nn.Dropout, 0.5, call_rngs={"key": "dropout"}),
+        bridge.to_linen(pm.nn.Dropout, 0.5, key_arg=None, call_rngs={"key": "dropout"}),
+    ):
+        assert drop.init({}, x, deterministic=True) == {}  # no params stream needed
+        out = drop.apply({}, x, rngs={"dropout": jax.random.key(3)})
+        assert bool(jnp.all((out == 0) | (out == 2))) and bool(jnp.any(out == 0))
+        given = drop.apply({}, x, key=jax.random.key(3))
+        assert jnp.array_equal(given, pm.nn.Dropout(0.5)(x, key=jax.random.key(3)))
+    # A factory that takes **kwargs is given the key.
+    seen: list[Any] = []
+
+    def build(**kwargs: Any) -> pm.nn.Linear:
+        seen.append(sorted(kwargs))
+        return pm.nn.Linear(8, 2, **kwargs)
+
+    bridge.to_linen(build).init(jax.random.key(0), x)
+    assert ["key"] in seen
+
+
 def test_call_rngs_are_optional_where_the_call_needs_no_key() -> None:
     drop = bridge.to_linen(pm.nn.Dropout, 0.5, key_arg=None, call_rngs={"key": "dropout"})
     x = jnp.ones((4, 8))
