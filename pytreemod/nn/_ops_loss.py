@@ -1,5 +1,6 @@
 """Losses: the softmax cross entropy of integer labels, on any mesh."""
 
+import math
 from typing import Any
 
 import jax
@@ -55,10 +56,14 @@ def softmax_cross_entropy_with_integer_labels(
             f"labels {summary(labels)} must have logits' shape without the class axes "
             f"{axes}, {rows} (logits {summary(logits)}); give one integer label per row",
         )
+    if where is not None and tuple(where.shape) not in (tuple(logits.shape), rows):
+        fail(
+            _OP,
+            f"where {summary(where)} must have logits' shape {tuple(logits.shape)} (one "
+            f"flag per class) or the labels' {rows} (one per row)",
+        )
     labels, full, per_row = class_pick(logits, labels, axes, op=_OP)
-    classes = 1
-    for d in axes:
-        classes *= logits.shape[d]
+    classes = math.prod(logits.shape[d] for d in axes)
     index_dtype = jnp.int64 if jnp.dtype(labels.dtype).itemsize == 8 else jnp.int32
     labels = jnp.asarray(labels, index_dtype)
     labels = jnp.where(labels < 0, labels + classes, labels)  # optax counts from the end

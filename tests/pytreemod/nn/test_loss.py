@@ -98,6 +98,12 @@ def test_labels_of_the_wrong_shape_are_a_shape_error() -> None:
         ours(jnp.zeros((4, 7)), jnp.zeros((4, 3), jnp.int32))
 
 
+def test_a_where_mask_of_another_shape_is_a_shape_error() -> None:
+    logits, labels = jnp.zeros((4, 7)), jnp.zeros(4, jnp.int32)
+    with pytest.raises(pm.ShapeError, match=r"where bool\[4, 6\] must have logits' shape"):
+        ours(logits, labels, where=jnp.ones((4, 6), bool))
+
+
 def test_float_labels_are_a_shape_error() -> None:
     with pytest.raises(pm.ShapeError, match="labels"):
         ours(jnp.zeros((4, 7)), jnp.zeros((4,)))
