@@ -358,16 +358,18 @@ def step_forms(depth: int) -> dict[str, Callable[[], Any]]:
 def _median_us(
     fns: dict[str, Callable[[], Any]], *, calls: int, rounds: int, blocking: bool
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Median microseconds per call over interleaved rounds of ``calls`` calls, wall clock
-    and CPU time of the whole process (every thread: Python, dispatch, XLA's work): each
+    """Median microseconds per call over interleaved rounds of ``calls`` calls (in an
+    order that rotates every round), wall clock and CPU time of the whole process (every thread: Python, dispatch, XLA's work): each
     call awaited (``blocking``), or dispatched back to back and awaited once per round."""
     for fn in fns.values():
         for _ in range(10):
             jax.block_until_ready(fn())
     wall: dict[str, list[float]] = {name: [] for name in fns}
     cpu: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    items = list(fns.items())
+    for r in range(rounds):
+        # The order rotates every round, so no contestant always runs first or last.
+        for name, fn in items[r % len(items) :] + items[: r % len(items)]:
             jax.block_until_ready(fn())
             start, start_cpu = time.perf_counter(), time.process_time()
             if blocking:

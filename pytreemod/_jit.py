@@ -23,12 +23,27 @@ recognising arguments instead of walking them:
 Outputs are split when the function is traced; per call, a generated builder
 (``_codegen``) rebuilds the output tree from its arrays.
 
+Garbage collection: CPython starts a collection whenever the number of container objects
+allocated minus those freed passes a threshold (700). A step's output is a burst of such
+objects (its arrays, and a module per layer and a Variable per parameter for each tree
+that holds a model), while the previous step's output is freed only after the call
+returns, when the caller rebinds its names. Counted during the burst, they start
+collections that can find nothing to free (the new objects are alive and acyclic, the old
+ones are freed by reference counting an instant later) and that promote the new output
+into older generations, which makes full collections of the whole heap more frequent. The
+builder therefore runs with the collector disabled (re-enabled in a ``finally``; left
+alone if the caller had disabled it), so the burst and the frees that follow cancel out
+in the count. Collection is deferred, never skipped: objects kept alive past the call
+still count, and the next allocation after the call collects if the threshold is passed.
+Tracing is never run with the collector off.
+
 Recognising arguments by identity relies on models being immutable: a list or dict
 inside a module changed in place after the module was passed to ``jit`` is not noticed.
 """
 
 import dataclasses
 import functools
+import gc
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -50,6 +65,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _flatten = jtu.tree_flatten
+gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable
 _unflatten = jtu.tree_unflatten
 _ARRAY_TYPES: set[type] = set()
 _NOT_ARRAY_TYPES: set[type] = set()
@@ -126,6 +142,24 @@ class _Out:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+def _build(entry: "_Entry", arrays: Any, last: "_Last | None") -> Any:
+    """``entry.build(arrays)``, and the output's modules recorded in ``last`` (if given),
+    with the cyclic garbage collector held off meanwhile (see "Garbage collection" in the
+    module docstring)."""
+    enabled = gc_isenabled()
+    if enabled:
+        gc_disable()
+    try:
+        out = entry.build(arrays)
+        if last is not None and entry.keep is not None:
+            last.items = entry.keep(out)
+            last.entry = entry
+        return out
+    finally:
+        if enabled:
+            gc_enable()
 
 
 def _static_eq(a: dict[int, Any], b: dict[int, Any]) -> bool:
@@ -432,6 +466,7 @@ class _JitWrapper(Generic[P, R]):
         last = self._last
         flatten = _flatten
         slow = self._slow
+        build = _build
         fun = self._fun
         fun_is_tree = self._fun_is_tree
 
@@ -446,12 +481,7 @@ class _JitWrapper(Generic[P, R]):
                         # Read after the call: a retrace (new shapes) may have replaced it.
                         if entry.single:
                             return out
-                        out = entry.build(out)
-                        keep = entry.keep
-                        if keep is not None:
-                            last.items = keep(out)
-                            last.entry = entry
-                        return out
+                        return build(entry, out, last)
                 tree = (fun, args) if fun_is_tree else args
             else:
                 tree = (fun, args, kwargs) if fun_is_tree else (args, kwargs)
@@ -482,7 +512,7 @@ class _JitWrapper(Generic[P, R]):
             out = entry.tjit(*targs, **kwargs)
         else:
             out = entry.jitted(*dyn)  # first: tracing sets entry.build
-        out = entry.build(out)
+        out = _build(entry, out, None)
         if entry.plain and entry.fast and not kwargs:
             parts = treedef.children()
             if self._fun_is_tree:
