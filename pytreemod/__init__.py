@@ -113,6 +113,7 @@ _LAZY: dict[str, str] = {
     "logical_to_mesh": "._sharding",
     "logical_to_mesh_axes": "._sharding",
     "logical_to_mesh_sharding": "._sharding",
+    "replicate_axis": "._sharding",
     "set_logical_axis_rules": "._sharding",
     "shard": "._sharding",
     "with_logical_constraint": "._sharding",
@@ -149,6 +150,7 @@ if _typing.TYPE_CHECKING:
     from ._sharding import logical_to_mesh as logical_to_mesh
     from ._sharding import logical_to_mesh_axes as logical_to_mesh_axes
     from ._sharding import logical_to_mesh_sharding as logical_to_mesh_sharding
+    from ._sharding import replicate_axis as replicate_axis
     from ._sharding import set_logical_axis_rules as set_logical_axis_rules
     from ._sharding import shard as shard
     from ._sharding import with_logical_constraint as with_logical_constraint

@@ -63,6 +63,7 @@ from ._axis_rules import set_logical_axis_rules as set_logical_axis_rules
 from ._errors import ShardingError
 from ._meta import Partitioned, unbox
 from ._module import field
+from ._sharding_rules import entries, reshard, type_sharding
 from ._tree import format_path
 from ._variables import Variable
 
@@ -362,3 +363,29 @@ def logical_zeros(shape: Sequence[int], dtype: Any, names: Sequence[Any]) -> Log
     else:
         value = jax.numpy.zeros(shape, dtype, device=sharding)
     return LogicallyPartitioned(value, names)
+
+
+def replicate_axis(x: Any, axis: int) -> Any:
+    """``x`` with dimension ``axis`` whole on every device, where its type splits that
+    dimension over ``Explicit`` mesh axes: a ``jax.sharding.reshard`` that gathers it and
+    keeps every other dimension's sharding. Otherwise ``x`` itself (no mesh, ``Auto``
+    axes, or the dimension not split). JAX cannot take one element out of an axis split
+    over an Explicit mesh axis (a layer of a stack sharded along ``"layers"``), so code
+    that indexes such an axis replicates it first.
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> x = jnp.ones((4, 2))
+    >>> pm.replicate_axis(x, 0) is x  # no mesh: nothing to gather
+    True
+    """
+    sharding = type_sharding(x)
+    if sharding is None or sharding.mesh.empty:
+        return x
+    axis = axis % x.ndim
+    ents = entries(x)
+    types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types))
+    if not any(types[a] == jax.sharding.AxisType.Explicit for a in ents[axis]):
+        return x
+    ents[axis] = ()
+    return reshard(x, sharding.mesh, ents)

@@ -51,7 +51,8 @@ Entries = list[tuple[str, ...]]
 # ----------------------------------------------------------------------------- types
 
 
-def _type_sharding(x: Any) -> NamedSharding | None:
+def type_sharding(x: Any) -> NamedSharding | None:
+    """The ``NamedSharding`` of ``x``'s type, or ``None`` (not an array, or no mesh)."""
     if x is None or not hasattr(x, "shape"):
         return None
     try:
@@ -65,7 +66,7 @@ def explicit_mesh(*arrays: Any) -> Any:
     """The (abstract) mesh of the first operand whose type is sharded over an Explicit
     axis, or ``None`` (no mesh, Auto axes, or every operand replicated)."""
     for x in arrays:
-        sharding = _type_sharding(x)
+        sharding = type_sharding(x)
         if sharding is None:
             continue
         mesh = sharding.mesh
@@ -86,7 +87,7 @@ def _entry(e: Any) -> tuple[str, ...]:
 
 def entries(x: Any) -> Entries:
     """The sharding of ``x``'s type, one tuple of mesh axes per dimension."""
-    sharding = _type_sharding(x)
+    sharding = type_sharding(x)
     spec = tuple(sharding.spec) if sharding is not None else ()
     out = [_entry(e) for e in spec]
     return out + [()] * (x.ndim - len(out))
@@ -99,7 +100,7 @@ def spec_of(ents: Sequence[tuple[str, ...]]) -> PartitionSpec:
 
 def _check_mesh(mesh: Any, op: str, operands: dict[str, Any]) -> None:
     for name, x in operands.items():
-        sharding = _type_sharding(x)
+        sharding = type_sharding(x)
         if sharding is None or sharding.mesh.empty:
             continue
         if sharding.mesh.axis_names != mesh.axis_names or sharding.mesh.shape != mesh.shape:
@@ -450,7 +451,7 @@ def layer_path(frame: types.FrameType | None) -> str | None:
 
 
 def _describe(x: Any) -> str:
-    sharding = _type_sharding(x)
+    sharding = type_sharding(x)
     shape = "x".join(map(str, getattr(x, "shape", ()))) or "scalar"
     spec = sharding.spec if sharding is not None else PartitionSpec()
     return f"{shape} sharded {spec}"
@@ -501,7 +502,7 @@ def _override_mesh(override: Any, operands: Sequence[Any]) -> Any:
     if mesh is not None:
         return mesh
     for x in operands:
-        sharding = _type_sharding(x)
+        sharding = type_sharding(x)
         if sharding is not None and not sharding.mesh.empty:
             return sharding.mesh
     mesh = jax.sharding.get_abstract_mesh()

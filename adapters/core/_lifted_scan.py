@@ -17,7 +17,6 @@ from typing import Any
 
 import jax
 from jax import lax
-from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 import pytreemod as pm
 
@@ -43,27 +42,7 @@ from ._scope import Scope
 def _take(x: Any, axis: int, index: int) -> Any:
     if not pm.is_array(x):
         return x
-    return lax.index_in_dim(_whole_along(x, axis), index, axis, keepdims=False)
-
-
-def _whole_along(x: Any, axis: int) -> Any:
-    """``x`` with ``axis`` replicated when its type splits it over Explicit mesh axes: JAX
-    cannot slice one element out of such an axis, and the run outside the loop takes one
-    layer of the stack this way (``pm.scan`` itself then says what the loop needs)."""
-    try:
-        sharding = jax.typeof(x).sharding
-    except TypeError:
-        return x
-    if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
-        return x
-    spec = [*sharding.spec, *[None] * (x.ndim - len(sharding.spec))]
-    entry = spec[axis]
-    axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
-    types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types))
-    if not any(types[a] == AxisType.Explicit for a in axes):
-        return x
-    spec[axis] = None
-    return jax.sharding.reshard(x, NamedSharding(sharding.mesh, PartitionSpec(*spec)))
+    return lax.index_in_dim(pm.replicate_axis(x, axis), index, axis, keepdims=False)
 
 
 def _slice_tree(tree: Any, axis: int, index: int, params: Mapping[Any, Any]) -> Any:

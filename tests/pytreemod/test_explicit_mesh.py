@@ -271,3 +271,25 @@ def test_vmap_aligns_replicated_mapped_inputs_with_a_sharded_one() -> None:
         out = jax.jit(pm.vmap(member))(keys, sx)
     assert jax.typeof(out).sharding.spec[0] == "data"
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", [AxisType.Explicit, AxisType.Auto])
+def test_replicate_axis_gathers_only_an_explicitly_split_dimension(kind: AxisType) -> None:
+    x = jnp.arange(8 * 4 * 2, dtype=jnp.float32).reshape(8, 4, 2)
+    mesh = _mesh(kind)
+    with jax.set_mesh(mesh):
+        split = jax.device_put(x, P("data", "model"))
+
+        @jax.jit
+        def first_layer(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+            whole = pm.replicate_axis(a, 0)
+            return whole, jax.lax.index_in_dim(whole, 0, 0, keepdims=False)
+
+        whole, layer = first_layer(split)
+        kept = pm.replicate_axis(split, -1)  # the last dimension is not split: unchanged
+    np.testing.assert_array_equal(layer, x[0])
+    np.testing.assert_array_equal(whole, x)
+    assert kept is split
+    if kind == AxisType.Explicit:
+        assert jax.typeof(whole).sharding.spec == P(None, "model", None)
+    assert pm.replicate_axis(x, 0) is x  # no mesh
