@@ -307,8 +307,38 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
         "load(filter=...)",
         lambda: (structure.collection(i) for i in range(len(structure.paths))),
     )
-    where = lambda slot: f"{format_path(structure.paths[slot])}"
     keys = _keys(structure, path)
+    header, raw, loaded, ties = _read_file(path, structure, values, keys, pred)
+    if ties:
+        alias = tuple(ties.get(i, a) for i, a in enumerate(structure.alias))
+        structure = Structure(
+            structure.treedef, structure.leaves, structure.paths, structure.types, alias
+        )
+    out: list[Any] = []
+    for slot, value in enumerate(values):
+        if structure.alias[slot] is not None:
+            out.append(None)
+        elif slot in loaded:
+            boxes, _ = _peel(value)
+            if raw:  # no records: like's boxes, around the loaded value
+                out.append(
+                    functools.reduce(lambda v, b: b.replace_boxed(v), boxes[::-1], loaded[slot])
+                )
+                continue
+            records = header.entries[keys[slot]].boxes
+            where = format_path(structure.paths[slot])
+            out.append(_rebox(path, where, records, boxes, loaded[slot]))
+        else:
+            out.append(value.value if isinstance(value, Variable) else value)
+    return _build(structure, out)
+
+
+def _read_file(
+    path: str, structure: Structure, values: list[Any], keys: list[str], pred: Any
+) -> tuple[Any, bool, dict[int, Any], dict[int, int]]:
+    """Check the file against ``like`` and read the selected tensors: ``(header, raw,
+    loaded, ties)``, where ``raw`` says the file has no pytreemod metadata, ``loaded`` maps
+    slots to placed arrays and ``ties`` the slots the file ties to an earlier one."""
     try:
         with safetensors.safe_open(path, framework="np") as f:
             names = list(f.keys())
@@ -332,27 +362,7 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
             f"{path!r}: cannot be read as a safetensors checkpoint: {e}. The file is "
             "truncated, corrupted or not a checkpoint; nothing was loaded."
         ) from None
-    if ties:
-        alias = tuple(ties.get(i, a) for i, a in enumerate(structure.alias))
-        structure = Structure(
-            structure.treedef, structure.leaves, structure.paths, structure.types, alias
-        )
-    out: list[Any] = []
-    for slot, value in enumerate(values):
-        if structure.alias[slot] is not None:
-            out.append(None)
-        elif slot in loaded:
-            boxes, _ = _peel(value)
-            if raw:  # no records: like's boxes, around the loaded value
-                out.append(
-                    functools.reduce(lambda v, b: b.replace_boxed(v), boxes[::-1], loaded[slot])
-                )
-                continue
-            records = header.entries[keys[slot]].boxes
-            out.append(_rebox(path, where(slot), records, boxes, loaded[slot]))
-        else:
-            out.append(value.value if isinstance(value, Variable) else value)
-    return _build(structure, out)
+    return header, raw, loaded, ties
 
 
 def _raw_header(
