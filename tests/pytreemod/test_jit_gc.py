@@ -3,7 +3,7 @@ output burst and the frees of the previous step's output cancel out in the colle
 allocation count, and the collector's own state is left as the caller had it."""
 
 import gc
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -105,7 +105,7 @@ def test_a_failing_output_build_reenables_the_collector() -> None:
         return {"a": x, "b": x + 1}
 
     f(jnp.ones(2))  # checked; learns the pattern the next calls take
-    entry = f._pytreemod_jit._patterns[0].entry
+    entry = cast(Any, f)._pytreemod_jit._patterns[0].entry
     original = entry.build
 
     def failing(arrays: Any) -> Any:
