@@ -359,8 +359,9 @@ def _median_us(
     fns: dict[str, Callable[[], Any]], *, calls: int, rounds: int, blocking: bool
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Median microseconds per call over interleaved rounds of ``calls`` calls (in an
-    order that rotates every round), wall clock and CPU time of the whole process (every thread: Python, dispatch, XLA's work): each
-    call awaited (``blocking``), or dispatched back to back and awaited once per round."""
+    order that rotates every round), wall clock and CPU time of the whole process (every
+    thread: Python, dispatch, XLA's work): each call awaited (``blocking``), or dispatched
+    back to back and awaited once per round."""
     for fn in fns.values():
         for _ in range(10):
             jax.block_until_ready(fn())
