@@ -24,7 +24,7 @@ Outputs are split when the function is traced; per call, a generated builder
 (``_codegen``) rebuilds the output tree from its arrays.
 
 Garbage collection: CPython starts a collection whenever the number of container objects
-allocated minus those freed passes a threshold (700). A step's output is a burst of such
+allocated minus those freed passes a threshold (700 by default). A step's output is a burst of such
 objects (its arrays, and a module per layer and a Variable per parameter for each tree
 that holds a model), while the previous step's output is freed only after the call
 returns, when the caller rebinds its names. Counted during the burst, they start
