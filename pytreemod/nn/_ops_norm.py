@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jaxtyping import Bool, Float
 
@@ -181,9 +182,11 @@ def _arith(op: Any, a: Any, b: Any) -> Any:
     (size-1 dimensions broadcast in ``lax`` too), or a Python float with a real floating
     array (weakly typed). The equation is the same one; the ``jax.numpy`` layer costs
     about 0.2 ms per distinct call in a fresh trace, and a norm makes five such calls."""
-    if type(b) is float:  # lax would take an int as int32, jax.numpy as the float
+    if type(b) is float:
         if jnp.issubdtype(a.dtype, jnp.floating):
-            return op(a, b)
+            # A weakly typed number takes the array's dtype (lax alone would make it
+            # float32, or int32 from an int): a scalar of that dtype, as jax.numpy does.
+            return op(a, np.asarray(b, a.dtype))
     elif hasattr(b, "dtype") and a.dtype == b.dtype and a.ndim == b.ndim:
         return op(a, b)
     return _NUMPY_OPS[op](a, b)

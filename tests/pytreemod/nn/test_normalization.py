@@ -305,3 +305,38 @@ def test_functional_batch_stats_pmean_matches_global(getkey: Key) -> None:
     )(x)
     close(mean, x.reshape(-1, 6).mean(0))
     close(var, x.reshape(-1, 6).var(0))
+
+
+# ------------------------------------------------------------------- normalize's arithmetic
+
+
+@pytest.mark.parametrize(
+    ("x_dtype", "stat_dtype", "param_dtype", "epsilon"),
+    [
+        (jnp.float32, jnp.float32, jnp.float32, 1e-5),
+        (jnp.bfloat16, jnp.float32, jnp.float32, 1e-5),
+        (jnp.bfloat16, jnp.bfloat16, jnp.bfloat16, 1e-3),
+        (jnp.float32, jnp.float32, jnp.bfloat16, 1),  # an int epsilon, a bf16 scale and bias
+        (jnp.float16, jnp.float32, jnp.complex64, 0.5),  # a complex scale makes it complex
+    ],
+)
+def test_normalize_is_the_numpy_formula_bit_for_bit(
+    getkey: Key, x_dtype: object, stat_dtype: object, param_dtype: object, epsilon: float
+) -> None:
+    # normalize binds lax arithmetic directly where jax.numpy's promotion adds nothing;
+    # the result must be exactly what the jax.numpy operators give, dtype included.
+    x = _x(getkey, (3, 4, 6)).astype(x_dtype)
+    mean = randn(getkey(), (6,)).astype(stat_dtype)
+    var = (1.0 + jnp.abs(randn(getkey(), (6,)))).astype(stat_dtype)
+    scale = randn(getkey(), (6,)).astype(param_dtype)
+    bias = randn(getkey(), (6,)).astype(param_dtype)
+    got = F.normalize(
+        x, mean, var, scale, bias, reduction_axes=(0, 1), feature_axes=-1, epsilon=epsilon
+    )
+    with jax.numpy_dtype_promotion("standard"):
+        m, v, s, b = (a.reshape(1, 1, 6) for a in (mean, var, scale, bias))
+        y = x.astype(jnp.promote_types(x.dtype, var.dtype)) - m
+        mul = jax.lax.rsqrt(v + epsilon) * s
+        want = (y * mul + b).astype(jnp.result_type(x, scale, bias))
+    assert got.dtype == want.dtype
+    assert jnp.array_equal(got, want)
