@@ -1,6 +1,7 @@
 """LayerNorm, RMSNorm, GroupNorm, BatchNorm: numerics vs jnp and Flax; BatchNorm state."""
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -321,7 +322,7 @@ def test_functional_batch_stats_pmean_matches_global(getkey: Key) -> None:
     ],
 )
 def test_normalize_is_the_numpy_formula_bit_for_bit(
-    getkey: Key, x_dtype: object, stat_dtype: object, param_dtype: object, epsilon: float
+    getkey: Key, x_dtype: Any, stat_dtype: Any, param_dtype: Any, epsilon: float
 ) -> None:
     # normalize binds lax arithmetic directly where jax.numpy's promotion adds nothing;
     # the result must be exactly what the jax.numpy operators give, dtype included.
