@@ -65,8 +65,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _flatten = jtu.tree_flatten
-gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable
 _unflatten = jtu.tree_unflatten
+gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable
 _ARRAY_TYPES: set[type] = set()
 _NOT_ARRAY_TYPES: set[type] = set()
 
