@@ -515,10 +515,16 @@ def _finish_init(cls: Any, self: Any) -> None:
         check(self)
 
 
+# Values that are neither arrays nor Variables nor NumPy scalars, nor hold any.
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
 def _check_static_value(cls: Any, name: str, value: Any) -> None:
     """An array or Variable in a static field is an error: it would never be traced,
     differentiated or partitioned. A NumPy scalar only warns (it is hashable, so it works
     as a compile-time constant, but it is never traced either)."""
+    if type(value) in _PLAIN or (type(value) is tuple and all(type(v) in _PLAIN for v in value)):
+        return  # the usual configuration (``3``, ``"SAME"``, ``(1, 1)``), without a tree walk
     is_variable = lambda x: isinstance(x, Variable)
     for path, leaf in jtu.tree_leaves_with_path(value, is_leaf=is_variable):
         where = f"{cls.__name__}.{name}" + ("" if not path else format_path(path))

@@ -7,7 +7,15 @@ decorated with ``checked``, and so is every method of a user's module declared
 out_features"]``) and its output, so a dimension shared by two arguments is tied; a layer
 passes its parameters to an op, which ties the input to them. Under ``jit`` the check
 runs once, while tracing; the compiled program is the same with checks on or off
-(``JAXTYPING_DISABLE=1`` turns them off, as it does for every jaxtyping check).
+(``JAXTYPING_DISABLE=1`` turns them off, as it does for every jaxtyping check). A call
+that ``pm.trace_once`` traces again as a nested jit, after running that very call inline
+in the same trace, is not checked a second time (``checks_settled``).
+
+A passing call is checked in one pass: beartype checks each argument and then the output
+inside one jaxtyping dimension memo. jaxtyping's own ``jaxtyped(typechecker=...)``, which
+binds the signature and checks every argument again with the output, runs only when that
+check fails (its error is the one explained below) and for annotations that need more
+than the memo (symbolic axes such as ``"n+1"``, ``PyTree[...]``).
 
 When a check fails, jaxtyping's ``TypeCheckError`` is replaced by a ``ShapeError`` whose
 message names the dimension that disagrees, the arguments and shapes on both sides, and
@@ -23,12 +31,14 @@ methods a subclass adds; on the layers' own methods, already checked here, it st
 aside (``__no_type_check__``, which jaxtyping honours) so each call is checked once.
 """
 
+import contextlib
+import contextvars
 import functools
 import inspect
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 import jax
@@ -64,27 +74,42 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     # The checker (beartype's generated code, the signature, the numeric slots) is built
     # on the first call, not here: decorating costs nothing at import time, and a layer
     # or op never called never pays for it.
-    # [signature, jaxtyping+beartype checker, number slots, jaxtyping's TypeCheckError]
+    # [signature, one-pass checker or None, jaxtyping+beartype checker, number slots,
+    #  the exceptions that send a call from the first checker to the second, jaxtyping's
+    #  TypeCheckError]
     built: list[Any] = []
 
     def build(instance: Any) -> list[Any]:
-        from jaxtyping import TypeCheckError, jaxtyped  # with the first checker built
+        from beartype.roar import BeartypeCallHintViolation  # with the first checker built
+        from jaxtyping import TypeCheckError, jaxtyped
 
         checked_fn = fn
         if deferred:
             cls = owner[0] if owner[0] is not None else type(instance)
             checked_fn = _with_self_as(fn, cls)
         inner = jaxtyped(typechecker=_typechecker())(checked_fn)
-        built[:] = [inspect.signature(fn), inner, number_slots(fn), TypeCheckError]
+        fast = _one_pass(checked_fn)
+        signature = inspect.signature(fn)
+        built[:] = [signature, fast, inner, number_slots(fn), BeartypeCallHintViolation]
+        built.append(TypeCheckError)
         return built
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        signature, inner, slots, check_error = built or build(args[0] if args else None)
+        signature, fast, inner, slots, violation, check_error = built or build(
+            args[0] if args else None
+        )
         if slots is not None:
             args, kwargs = as_python_numbers(slots, args, kwargs)
+        if _settled.get():
+            return fn(*args, **kwargs)
         try:
+            if fast is not None:
+                try:
+                    return fast(*args, **kwargs)
+                except violation:  # jaxtyping's checker, below, says what is wrong
+                    pass
             return inner(*args, **kwargs)
         except check_error as error:
             bound = signature.bind(*args, **kwargs)
@@ -104,6 +129,24 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     if deferred:
         wrapper._pytreemod_owner = owner  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+_settled: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pytreemod_checks_settled", default=False
+)
+
+
+@contextlib.contextmanager
+def checks_settled(settled: bool = True) -> Iterator[None]:
+    """Inside, ``checked`` functions run unchecked (``settled=False``: as outside): for a
+    caller that knows the checks would pass, because it has run the same call and it
+    passed them (``pm.trace_once`` tracing as a nested jit a call it ran inline, checks
+    included, with the same configuration and input types)."""
+    token = _settled.set(settled or _settled.get())
+    try:
+        yield
+    finally:
+        _settled.reset(token)
 
 
 def _first_parameter(fn: Callable[..., Any]) -> str | None:
@@ -183,6 +226,56 @@ def python_numbers(fn: F) -> F:
         return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _one_pass(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``fn`` checked in one pass: beartype's wrapper checks each parameter before the
+    call and the output after it, inside one jaxtyping dimension memo, so a dimension an
+    argument binds ties the output. jaxtyping's own ``jaxtyped(typechecker=...)`` binds
+    the signature and checks every parameter a second time with the output (what lets
+    its errors show them all); the wrapper above runs it only when this check fails, to
+    say what is wrong.
+
+    ``None`` where only jaxtyping's checker applies: annotations that cannot be resolved
+    or that read more than dimension memos (a symbolic axis such as ``"n+1"`` reads the
+    arguments; a ``PyTree[...]`` annotation its own memo), or a function beartype cannot
+    decorate.
+    """
+    from jaxtyping import config, jaxtyped
+
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # an unresolvable forward reference
+        return None
+    if not all(_memo_only(hint) for hint in hints.values()):
+        return None
+    try:
+        checked_fn = _typechecker()(fn)
+    except Exception:  # beartype refuses a hint: jaxtyping's checker reports it
+        return None
+
+    def one_pass(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        if config.jaxtyping_disable:  # read per call, as jaxtyping does
+            return fn(*args, **kwargs)
+        with jaxtyped("context"):
+            return checked_fn(*args, **kwargs)
+
+    return one_pass
+
+
+def _memo_only(hint: Any) -> bool:
+    """Whether checking ``hint`` needs nothing of jaxtyping's but its dimension memo."""
+    from jaxtyping import AbstractArray
+
+    if isinstance(hint, type) and issubclass(hint, AbstractArray):
+        dims = getattr(hint, "dims", None)
+        return isinstance(dims, tuple | list) and not any(
+            type(d).__name__ == "_SymbolicDim" for d in dims
+        )
+    if str(getattr(hint, "__module__", "")).startswith("jaxtyping"):  # PyTree[...] and kin
+        return False
+    return all(_memo_only(arg) for arg in typing.get_args(hint))
 
 
 @functools.cache

@@ -1,5 +1,6 @@
 """Helpers shared by the functional ops: dtype promotion, axis and tuple canonicalisation."""
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -39,8 +40,19 @@ def promote_dtype(*arrays: Any, dtype: Any = None, inexact: bool = True) -> tupl
 def at_least_float32(dtype: Any) -> Any:
     """``dtype`` promoted with float32 by JAX's standard rules (``bf16 -> f32``, ``f64`` and
     complex kept, integers -> f32), whatever the promotion mode."""
+    try:
+        return _AT_LEAST_FLOAT32[dtype]
+    except (KeyError, TypeError):  # not seen yet, or not hashable (then not remembered)
+        pass
     with jax.numpy_dtype_promotion("standard"):
-        return jnp.promote_types(dtype, jnp.float32)
+        promoted = jnp.promote_types(dtype, jnp.float32)
+    with contextlib.suppress(TypeError):
+        _AT_LEAST_FLOAT32[dtype] = promoted
+    return promoted
+
+
+# ``at_least_float32``'s answers: a function of the dtype alone (the mode is fixed above).
+_AT_LEAST_FLOAT32: dict[Any, Any] = {}
 
 
 def canonicalize_axes(ndim: int, axes: int | Iterable[int]) -> tuple[int, ...]:

@@ -106,6 +106,9 @@ def compute_stats(
 def _out_dtype(dtype: Any, *arrays: Any) -> Any:
     if dtype is not None:
         return dtype
+    dtypes = {a.dtype for a in arrays if a is not None}
+    if len(dtypes) == 1 and jnp.issubdtype(first := dtypes.pop(), jnp.inexact):
+        return first  # one inexact dtype promotes to itself (skips the config context)
     with jax.numpy_dtype_promotion("standard"):
         out = jnp.result_type(*[a for a in arrays if a is not None])
     return out if jnp.issubdtype(out, jnp.inexact) else at_least_float32(out)
@@ -449,8 +452,8 @@ def batch_norm(
         _check_param("batch_norm", name, value, x, axis)
     feat = canonicalize_axes(x.ndim, axis)
     red = tuple(i for i in range(x.ndim) if i not in feat)
-    var = jnp.asarray(var, at_least_float32(var.dtype))
-    mean = jnp.asarray(mean, var.dtype)
+    var = _cast(var, at_least_float32(var.dtype))
+    mean = _cast(mean, var.dtype)
     # The statistics have feature shape; normalize wants them with reduced axes removed.
     return normalize(
         x,

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import jaxtyping
 import pytest
 from beartype.vale import Is
-from jaxtyping import Float
+from jaxtyping import Float, PyTree
 
 import pytreemod as pm
 from pytreemod.nn import functional as F
@@ -130,6 +130,35 @@ def test_users_method_wrong_output_shape_is_a_shape_error() -> None:
     pair = _Pair(pm.Param(jnp.ones(())))
     with pytest.raises(pm.ShapeError, match=r"^_Pair.widen\(x=f32\[3\]\): .*return"):
         pair.widen(jnp.ones(3))
+
+
+class _Shapes(pm.Module, typecheck=True):
+    """Annotations at the edges of the one-pass checker: an output tied to an input, a
+    symbolic axis (read from the arguments) and a PyTree of arrays."""
+
+    def crop(self, x: Float[jax.Array, " n"]) -> Float[jax.Array, " n"]:
+        return x[1:]  # wrong on purpose: n - 1
+
+    def grow(self, x: Float[jax.Array, " n"], wrong: bool) -> Float[jax.Array, " n+1"]:
+        return x if wrong else jnp.concatenate([x, x[:1]])
+
+    def total(self, xs: PyTree[Float[jax.Array, " n"]]) -> jax.Array:
+        return sum(jnp.sum(x) for x in jax.tree.leaves(xs))  # type: ignore[return-value]
+
+
+def test_an_output_dimension_is_tied_to_the_arguments() -> None:
+    with pytest.raises(pm.ShapeError, match=r"^_Shapes.crop\(x=f32\[3\]\): .*return"):
+        _Shapes().crop(jnp.ones(3))
+
+
+def test_symbolic_axes_and_pytree_annotations_are_checked() -> None:
+    shapes = _Shapes()
+    assert shapes.grow(jnp.ones(3), wrong=False).shape == (4,)
+    with pytest.raises(pm.ShapeError, match=r"^_Shapes.grow\(x=f32\[3\]\): .*return"):
+        shapes.grow(jnp.ones(3), wrong=True)
+    assert shapes.total({"a": jnp.ones(2), "b": jnp.ones(2)}).shape == ()
+    with pytest.raises(pm.ShapeError, match=r"^_Shapes.total\("):
+        shapes.total({"a": jnp.ones(2), "b": jnp.ones(3)})
 
 
 def test_unresolvable_annotations_keep_jaxtypings_explanation() -> None:
