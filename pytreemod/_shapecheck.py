@@ -7,9 +7,7 @@ decorated with ``checked``, and so is every method of a user's module declared
 out_features"]``) and its output, so a dimension shared by two arguments is tied; a layer
 passes its parameters to an op, which ties the input to them. Under ``jit`` the check
 runs once, while tracing; the compiled program is the same with checks on or off
-(``JAXTYPING_DISABLE=1`` turns them off, as it does for every jaxtyping check). A call
-that ``pm.trace_once`` traces again as a nested jit, after running that very call inline
-in the same trace, is not checked a second time (``checks_settled``).
+(``JAXTYPING_DISABLE=1`` turns them off, as it does for every jaxtyping check).
 
 A passing call is checked in one pass: beartype checks each argument and then the output
 inside one jaxtyping dimension memo. jaxtyping's own ``jaxtyped(typechecker=...)``, which
@@ -31,14 +29,12 @@ methods a subclass adds; on the layers' own methods, already checked here, it st
 aside (``__no_type_check__``, which jaxtyping honours) so each call is checked once.
 """
 
-import contextlib
-import contextvars
 import functools
 import inspect
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 import jax
@@ -102,8 +98,6 @@ def checked(fn: F, *, method: bool | None = None) -> F:
         )
         if slots is not None:
             args, kwargs = as_python_numbers(slots, args, kwargs)
-        if _settled.get():
-            return fn(*args, **kwargs)
         try:
             if fast is not None:
                 try:
@@ -129,24 +123,6 @@ def checked(fn: F, *, method: bool | None = None) -> F:
     if deferred:
         wrapper._pytreemod_owner = owner  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
-
-
-_settled: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "pytreemod_checks_settled", default=False
-)
-
-
-@contextlib.contextmanager
-def checks_settled(settled: bool = True) -> Iterator[None]:
-    """Inside, ``checked`` functions run unchecked (``settled=False``: as outside): for a
-    caller that knows the checks would pass, because it has run the same call and it
-    passed them (``pm.trace_once`` tracing as a nested jit a call it ran inline, checks
-    included, with the same configuration and input types)."""
-    token = _settled.set(settled or _settled.get())
-    try:
-        yield
-    finally:
-        _settled.reset(token)
 
 
 def _first_parameter(fn: Callable[..., Any]) -> str | None:

@@ -2,19 +2,12 @@
 
 Tracing Python is what a user waits for on every retrace (``jax.jit``'s first call,
 ``jax.eval_shape``, ``jax.make_jaxpr``). A ResNet calls the same convolution with the same
-configuration and input shapes many times; tracing it once more as a nested ``jit`` and
-recording every later call as one equation of that ``jit`` keeps the Python cost
-proportional to the distinct calls, not to all of them. XLA inlines the nested calls: a
-forward pass compiles to the same program; differentiated, a call's input cotangent is
-summed inside the call before it joins the input's other uses, so a backward pass may
-add in another order (the same values to float32 rounding).
-
-A configuration's first call in a trace runs inline, as plain Python: a nested ``jit``
-costs about four times a small function's own trace to set up, which only pays when the
-configuration comes again. Its second call traces the nested ``jit`` (once: later traces
-reuse it), which that call and every later one replays. So a configuration called once
-costs what it costs without the cache, one called n times is traced twice, not n times,
-and a jaxpr does not depend on what was traced before it.
+configuration and input shapes many times; tracing it once and recording every later
+call as one nested ``jit`` equation keeps the Python cost proportional to the distinct
+calls, not to all of them. XLA inlines the nested calls: a forward pass compiles to the
+same program; differentiated, a call's input cotangent is summed inside the call before
+it joins the input's other uses, so a backward pass may add in another order (the same
+values to float32 rounding).
 
 Outside a trace (eager calls on concrete arrays) the function runs as written, so eager
 results stay bit-for-bit those of the plain function. ``pm.nn``'s layers wrap their
@@ -25,7 +18,6 @@ import contextlib
 import contextvars
 import functools
 import os
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
@@ -34,7 +26,6 @@ import jax.tree_util as jtu
 from jax.core import Tracer
 
 from ._axis_rules import get_logical_axis_rules
-from ._shapecheck import checks_settled
 from ._variables import Variable, recorders
 
 __all__ = ["disable_trace_once", "trace_once"]
@@ -90,13 +81,11 @@ _entries: dict[Any, Any] = {}  # key -> jitted replay, or None: call the functio
 
 def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
     """Wrap the pure array function ``fn`` so that, under a trace, each distinct call
-    configuration is traced once as a nested ``jit`` and reused.
+    configuration is traced once and reused.
 
-    A call is cached when at least one array in its arguments is a tracer. The first call
-    of a configuration runs ``fn`` inline; the second traces it as a nested ``jax.jit``,
-    which it and every later call with that configuration replay (one ``jit`` equation
-    each). The arguments are flattened as PyTrees (a Module, such as ``self`` when ``fn``
-    is a layer's ``__call__``, included): array leaves become the nested jit's inputs; the
+    A call is cached when at least one array in its arguments is a tracer. The arguments
+    are flattened as PyTrees (a Module, such as ``self`` when ``fn`` is a layer's
+    ``__call__``, included): array leaves become the inputs of a nested ``jax.jit``; the
     tree structure (a Module's static fields with it) and every other leaf are the cache
     key, so non-array leaves must be hashable. Calls with unhashable non-array leaves,
     calls on concrete arrays only, calls inside ``pm.disable_trace_once()``, calls whose
@@ -112,9 +101,8 @@ def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
     >>> scale = pm.trace_once(lambda x, factor: x * factor)
-    >>> jaxpr = jax.make_jaxpr(lambda x: scale(scale(scale(x, 2.0), 2.0), 2.0))(jnp.ones(3))
-    >>> [e.primitive.name for e in jaxpr.eqns]
-    ['mul', 'jit', 'jit']
+    >>> jax.make_jaxpr(lambda x: scale(scale(x, 2.0), 2.0))(jnp.ones(3)).eqns[0].primitive
+    jit
     """
 
     @functools.wraps(fn)
@@ -127,68 +115,33 @@ def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
 def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     leaves, treedef = jtu.tree_flatten((args, kwargs))
     dynamic: list[Any] = []
-    tracer: Any = None
+    traced = False
     parts: list[Any] = [fn, treedef, get_logical_axis_rules()]  # layers resolve names by them
     key: tuple[Any, ...] = ()
     try:
         for leaf in leaves:
             if isinstance(leaf, jax.Array):
                 dynamic.append(leaf)
-                if tracer is None and isinstance(leaf, Tracer):
-                    tracer = leaf
+                traced = traced or isinstance(leaf, Tracer)
                 parts.append(_DYNAMIC)
             else:
                 parts.append(_static_key(leaf))
         key = tuple(parts)
-        cached = (
-            tracer is not None
-            and _enabled.get()
-            and not (recorders.get() and _may_write(args, kwargs))
-        )
+        cached = traced and _enabled.get() and not (recorders.get() and _may_write(args, kwargs))
         jitted = _entries.get(key, _DYNAMIC) if cached else None
     except TypeError:  # an unhashable leaf: no cache for this call
         jitted = None
     if jitted is None:  # eager, uncacheable, switched off, or its trace failed before
         return fn(*args, **kwargs)
-    call = (key, tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in dynamic))
-    seen = _seen_by(tracer)
-    if seen is not None and call not in seen:  # inline: a nested jit pays from the 2nd call
-        out = fn(*args, **kwargs)
-        seen.add(call)  # once it has passed its checks and returned
-        return out
     if jitted is _DYNAMIC:
         jitted = jax.jit(_replay(fn, leaves, treedef))
         _store(key, jitted)
     try:
-        # This trace ran this very call (configuration and input types) inline, shape
-        # checks included, and it passed them: tracing it again as the nested jit would
-        # repeat them with the same outcome, so it runs without them.
-        with checks_settled(seen is not None):
-            return jitted(*dynamic)
+        return jitted(*dynamic)
     except Exception:
         out = fn(*args, **kwargs)  # a real error raises here, from the caller's frame
         _store(key, None)
         return out
-
-
-# The keys each live trace has seen, so that a trace's first call of a configuration runs
-# inline whatever earlier traces did: a jaxpr does not depend on what was traced before.
-_seen: "weakref.WeakKeyDictionary[Any, set[Any]]" = weakref.WeakKeyDictionary()
-
-
-def _seen_by(tracer: Any) -> set[Any] | None:
-    """The calls (configurations and input types) the trace ``tracer`` belongs to has run
-    inline; ``None`` if the trace cannot be told (then no call runs inline)."""
-    trace = getattr(tracer, "_trace", None)
-    if trace is None:  # a tracer without the attribute (another JAX)
-        return None
-    try:
-        seen = _seen.get(trace)
-        if seen is None:
-            seen = _seen[trace] = set()
-    except TypeError:  # a trace that takes no weak reference
-        return None
-    return seen
 
 
 def _may_write(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -230,7 +183,7 @@ def _replay(fn: Callable[..., Any], leaves: list[Any], treedef: Any) -> Callable
     return replay
 
 
-def _store(key: Any, value: Any) -> None:
+def _store(key: Any, value: Callable[..., Any] | None) -> None:
     if len(_entries) >= _MAX_ENTRIES:  # a bound on memory; configurations are few in practice
         _entries.clear()
     _entries[key] = value

@@ -20,7 +20,7 @@ from .._sharding_rules import (
     out_kwargs,
     sharding_errors,
 )
-from ._ops_common import as_tuple, promote_dtype
+from ._ops_common import as_array, as_tuple, promote_dtype
 
 PaddingLike: TypeAlias = str | int | Sequence[int | tuple[int, int]]
 """``"SAME"``, ``"VALID"``, ``"CIRCULAR"``, ``"REFLECT"``, ``"CAUSAL"`` (1-D), an int
@@ -70,7 +70,7 @@ def _flatten_batch(x: AnyArray, num_spatial: int) -> tuple[jax.Array, tuple[int,
     """Make exactly one leading batch axis (added or merged); return how to undo it."""
     num_batch = x.ndim - (num_spatial + 1)
     if num_batch == 1:
-        return jnp.asarray(x), None
+        return as_array(x), None
     batch_shape = x.shape[:num_batch]
     return jnp.reshape(x, (-1, *x.shape[num_batch:])), batch_shape
 
@@ -161,8 +161,8 @@ def conv(
     conv_fn = conv_general_dilated or lax.conv_general_dilated
     y = _convolve(
         conv_fn,
-        jnp.asarray(x),
-        jnp.asarray(kernel),
+        as_array(x),
+        as_array(kernel),
         (strides_, pad),
         dict(
             lhs_dilation=in_dil,
@@ -380,8 +380,8 @@ def conv_transpose(
     x, kernel, bias = promote_dtype(x, kernel, bias, dtype=dtype)
     if explicit_mesh(x, kernel) is None:
         y = lax.conv_transpose(
-            jnp.asarray(x),
-            jnp.asarray(kernel),
+            as_array(x),
+            as_array(kernel),
             strides_,
             pad,
             rhs_dilation=k_dil,

@@ -18,7 +18,7 @@ from jaxtyping import Bool, Float
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
 from .._sharding_rules import constrain, match_trailing, split_last
-from ._ops_common import at_least_float32, canonicalize_axes
+from ._ops_common import as_array, at_least_float32, canonicalize_axes
 
 Axes = int | Sequence[int]
 
@@ -106,9 +106,11 @@ def compute_stats(
 def _out_dtype(dtype: Any, *arrays: Any) -> Any:
     if dtype is not None:
         return dtype
-    dtypes = {a.dtype for a in arrays if a is not None}
-    if len(dtypes) == 1 and jnp.issubdtype(first := dtypes.pop(), jnp.inexact):
-        return first  # one inexact dtype promotes to itself (skips the config context)
+    present = [a for a in arrays if a is not None]
+    if all(isinstance(a, jax.Array) for a in present):
+        dtypes = {a.dtype for a in present}
+        if len(dtypes) == 1 and jnp.issubdtype(first := dtypes.pop(), jnp.inexact):
+            return first  # JAX arrays of one inexact dtype: it (skips the config context)
     with jax.numpy_dtype_promotion("standard"):
         out = jnp.result_type(*[a for a in arrays if a is not None])
     return out if jnp.issubdtype(out, jnp.inexact) else at_least_float32(out)
@@ -151,6 +153,9 @@ def normalize(
     ``bias``. ``out_sharding`` (a ``PartitionSpec`` or ``NamedSharding``) reshards the
     result (default: ``x``'s sharding).
     """
+    # NumPy operands become JAX arrays first (float64 -> float32 unless x64 is on).
+    x, var = as_array(x), as_array(var)
+    mean, scale, bias = (None if a is None else as_array(a) for a in (mean, scale, bias))
     out_dtype = _out_dtype(dtype, x, scale, bias)
     red = canonicalize_axes(x.ndim, reduction_axes)
     feat = canonicalize_axes(x.ndim, feature_axes)
@@ -452,6 +457,7 @@ def batch_norm(
         _check_param("batch_norm", name, value, x, axis)
     feat = canonicalize_axes(x.ndim, axis)
     red = tuple(i for i in range(x.ndim) if i not in feat)
+    var = as_array(var)
     var = _cast(var, at_least_float32(var.dtype))
     mean = _cast(mean, var.dtype)
     # The statistics have feature shape; normalize wants them with reduced axes removed.

@@ -218,3 +218,18 @@ def test_convolutions_show_their_options_in_signature_and_help(cls: Any) -> None
 def test_options_given_by_keyword_still_reach_the_layer() -> None:
     conv = pm.nn.Conv2d(3, 4, 3, strides=2, padding="VALID", use_bias=False, key=jax.random.key(0))
     assert (conv.strides, conv.padding, conv.bias) == ((2, 2), "VALID", None)
+
+
+def test_numpy_float64_operands_promote_as_jax_numpy_does() -> None:
+    import warnings
+
+    import numpy as np
+
+    from pytreemod.nn import functional as F
+
+    x, kernel = np.ones((2, 5, 5, 3)), np.ones((3, 3, 3, 2))  # float64, x64 off
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "float64 is not available" cast warning
+        y = F.conv(x, kernel)
+    assert y.dtype == jnp.float32 and y.shape == (2, 5, 5, 2)
+    assert float(y[0, 2, 2, 0]) == 27.0

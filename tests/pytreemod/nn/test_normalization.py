@@ -341,3 +341,16 @@ def test_normalize_is_the_numpy_formula_bit_for_bit(
         want = (y * mul + b).astype(jnp.result_type(x, scale, bias))
     assert got.dtype == want.dtype
     assert jnp.array_equal(got, want)
+
+
+def test_numpy_float64_statistics_promote_as_jax_numpy_does() -> None:
+    import warnings
+
+    import numpy as np
+
+    x = np.array([[3.0, 1.0]])  # float64, x64 off
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = F.batch_norm(x, np.array([1.0, 1.0]), np.array([4.0, 1.0]), epsilon=0.0)
+    assert y.dtype == jnp.float32
+    assert y.tolist() == [[1.0, 0.0]]
