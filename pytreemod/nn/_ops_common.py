@@ -27,10 +27,8 @@ def promote_dtype(*arrays: Any, dtype: Any = None, inexact: bool = True) -> tupl
     """
     present = [a for a in arrays if a is not None]
     if dtype is None:
-        if present and all(isinstance(a, jax.Array) for a in present):
-            dtypes = {a.dtype for a in present}
-            if len(dtypes) == 1 and jnp.issubdtype(dtypes.pop(), jnp.inexact):
-                return arrays  # JAX arrays of one inexact dtype: nothing to promote or cast
+        if shared_inexact_dtype(present) is not None:
+            return arrays  # nothing to promote or cast
         with jax.numpy_dtype_promotion("standard"):
             dtype = jnp.result_type(*present)
         if inexact and not jnp.issubdtype(dtype, jnp.inexact):
@@ -39,6 +37,19 @@ def promote_dtype(*arrays: Any, dtype: Any = None, inexact: bool = True) -> tupl
         None if a is None else a if getattr(a, "dtype", None) == dtype else jnp.asarray(a, dtype)
         for a in arrays
     )
+
+
+def shared_inexact_dtype(arrays: Sequence[Any]) -> Any:
+    """The dtype of ``arrays`` when they are JAX arrays (whose dtypes are canonical) that
+    all have one inexact dtype, which is then what JAX's promotion gives them; else
+    ``None``. A shortcut past ``jnp.result_type`` and its promotion context."""
+    if not arrays or not all(isinstance(a, jax.Array) for a in arrays):
+        return None
+    dtypes = {a.dtype for a in arrays}
+    if len(dtypes) != 1:
+        return None
+    (dtype,) = dtypes
+    return dtype if jnp.issubdtype(dtype, jnp.inexact) else None
 
 
 def as_array(a: Any) -> jax.Array:

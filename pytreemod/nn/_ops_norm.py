@@ -18,7 +18,7 @@ from jaxtyping import Bool, Float
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
 from .._sharding_rules import constrain, match_trailing, split_last
-from ._ops_common import as_array, at_least_float32, canonicalize_axes
+from ._ops_common import as_array, at_least_float32, canonicalize_axes, shared_inexact_dtype
 
 Axes = int | Sequence[int]
 
@@ -107,12 +107,11 @@ def _out_dtype(dtype: Any, *arrays: Any) -> Any:
     if dtype is not None:
         return dtype
     present = [a for a in arrays if a is not None]
-    if all(isinstance(a, jax.Array) for a in present):
-        dtypes = {a.dtype for a in present}
-        if len(dtypes) == 1 and jnp.issubdtype(first := dtypes.pop(), jnp.inexact):
-            return first  # JAX arrays of one inexact dtype: it (skips the config context)
+    shared = shared_inexact_dtype(present)
+    if shared is not None:
+        return shared
     with jax.numpy_dtype_promotion("standard"):
-        out = jnp.result_type(*[a for a in arrays if a is not None])
+        out = jnp.result_type(*present)
     return out if jnp.issubdtype(out, jnp.inexact) else at_least_float32(out)
 
 
