@@ -214,8 +214,8 @@ def _one_pass(fn: Callable[..., Any]) -> Callable[..., Any] | None:
 
     ``None`` where only jaxtyping's checker applies: annotations that cannot be resolved
     or that read more than dimension memos (a symbolic axis such as ``"n+1"`` reads the
-    arguments; a ``PyTree[...]`` annotation its own memo), or a function beartype cannot
-    decorate.
+    arguments; a ``PyTree[...]`` annotation its own memo). Built after jaxtyping's
+    checker, which applies beartype first: a hint beartype refuses has failed there.
     """
     from jaxtyping import config, jaxtyped
 
@@ -225,10 +225,7 @@ def _one_pass(fn: Callable[..., Any]) -> Callable[..., Any] | None:
         return None
     if not all(_memo_only(hint) for hint in hints.values()):
         return None
-    try:
-        checked_fn = _typechecker()(fn)
-    except Exception:  # beartype refuses a hint: jaxtyping's checker reports it
-        return None
+    checked_fn = _typechecker()(fn)  # a hint beartype refuses failed in jaxtyping's already
 
     def one_pass(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
