@@ -8,10 +8,12 @@ recognising arguments instead of walking them:
 - **fast path**: the arguments match a pattern learned from an earlier checked call
   (``_Pattern``): arrays, and tuples, lists and dicts of arrays and of modules, where each
   module is one of the previous output (built by the call, so it shares no Variable with
-  anything older) or one the check saw. Modules are recognised through weak references,
-  so recognising an argument never keeps it alive. The tree then goes straight into
-  ``jax.jit``'s C++ dispatch, which flattens it once; the Python work is one generated
-  test and the output builder.
+  anything older) or one the check saw. Modules are recognised through weak references
+  that also hold each module's arrays (``_Ref``; the module holds them anyway, and they
+  are let go when it is freed), so recognising an argument never keeps it alive and a
+  recognised module is never flattened: the compiled function is called on the flat
+  list of arrays. The Python work is one generated function (test, then call) and the
+  output builder.
 - **plain path**: the first call, or an unknown argument: flatten, check that every leaf
   is an array and no leaf occurs twice, then as above. The treedef keys the cache.
 - **static path**: some leaves are not arrays (functions, Python numbers, strings): the
@@ -65,6 +67,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _flatten = jtu.tree_flatten
+_leaves = jtu.tree_leaves
 _unflatten = jtu.tree_unflatten
 gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable
 _ARRAY_TYPES: set[type] = set()
@@ -154,7 +157,7 @@ def _build(entry: "_Entry", arrays: Any, last: "_Last | None") -> Any:
     try:
         out = entry.build(arrays)
         if last is not None and entry.keep is not None:
-            last.items = entry.keep(out)
+            last.items = entry.keep(out, arrays)
             last.entry = entry
         return out
     finally:
@@ -180,41 +183,54 @@ _WEAK_TYPES = (Module, BoundMethod)
 _PATTERNS_PER_ENTRY = 4
 
 
+class _Ref(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a module that a pattern recognises, with the module's arrays
+    in the order flattening gives them (``leaves``): a call passing the module sends
+    these to the compiled function, without flattening the module. Arrays the module
+    holds anyway; when the module is freed, ``_forget`` lets go of them too."""
+
+    __slots__ = ("leaves",)
+    leaves: "Sequence[Any]"
+
+
+def _forget(ref: _Ref) -> None:
+    ref.leaves = ()
+
+
 class _Last:
     """The latest output of a wrapper, as far as the next call may pass parts of it back:
-    weak references to its modules (``items``) and the entry that built it (``entry``)."""
+    references to its modules (``items``) and the entry that built it (``entry``)."""
 
     __slots__ = ("entry", "items")
 
     def __init__(self) -> None:
-        self.items: tuple[weakref.ref[Any], ...] = ()
+        self.items: tuple[_Ref, ...] = ()
         self.entry: _Entry | None = None
 
 
+_MISS = object()  # what a pattern's run gives for arguments it does not recognise
+
+
 class _Pattern:
-    """How the arguments of a checked call looked, as a generated test for the next call.
+    """How the arguments of a checked call looked, as a generated function for the next
+    call: ``run(targs, last)`` tests the arguments and, when they match, calls the compiled
+    function on their arrays (``_MISS`` otherwise).
 
     Modules and bound methods are recognised by identity: either the object the check saw
-    (weakly referenced) or the module at the same place in the wrapper's latest output.
-    Arrays are recognised by type; tuples, named tuples, lists, dicts and ``None`` around
-    them by type and length or keys. Arguments passing the test need no walk: objects seen
-    by one check share no Variable with each other, and an output's modules are built by
-    the call, so they share no Variable with anything that existed before them.
+    or the module at the same place in the wrapper's latest output, each through a
+    ``_Ref`` that also holds its arrays, so a recognised module is never flattened. Arrays
+    are recognised by type; tuples, named tuples, lists, dicts and ``None`` around them by
+    type and length or keys. Arguments passing the test need no walk: objects seen by one
+    check share no Variable with each other, and an output's modules are built by the
+    call, so they share no Variable with anything that existed before them.
     """
 
-    __slots__ = ("entry", "invoke", "refs", "test")
+    __slots__ = ("entry", "refs", "run")
 
-    def __init__(
-        self, entry: "_Entry", test: Callable[..., bool], refs: tuple[weakref.ref[Any], ...]
-    ):
+    def __init__(self, entry: "_Entry", run: Callable[..., Any], refs: tuple[_Ref, ...]):
         self.entry = entry
-        self.test = test
+        self.run = run
         self.refs = refs  # the objects it recognises, weakly: dead ones make it useless
-        if entry.tjit is not None:
-            self.invoke: Callable[..., Any] = entry.tjit
-        else:
-            jitted = entry.jitted
-            self.invoke = lambda *targs: jitted(*_flatten(targs)[0])
 
     def alive(self) -> bool:
         return all(r() is not None for r in self.refs)
@@ -248,12 +264,20 @@ def _children(
 
 
 class _TestWriter:
-    """Writes the conditions of a pattern's test, one node of an argument at a time."""
+    """Writes the conditions of a pattern's test, one node of an argument at a time, and
+    the expressions of the arrays the call passes (``args``, in flattening order)."""
 
     def __init__(self, last: _Last):
         self.conds: list[str] = []
-        self.consts: dict[str, Any] = {"_AT": _ARRAY_TYPES, "_pure_ok": _pure_ok, **NAMES}
-        self.refs: list[weakref.ref[Any]] = []
+        self.args: list[str] = []
+        self.consts: dict[str, Any] = {
+            "_AT": _ARRAY_TYPES,
+            "_pure_ok": _pure_ok,
+            "_leaves": _leaves,
+            "_MISS": _MISS,
+            **NAMES,
+        }
+        self.refs: list[_Ref] = []
         live = [r() for r in last.items]
         self.in_last = {id(o): j for j, o in enumerate(live) if o is not None}
         self.uses_last = False
@@ -275,6 +299,7 @@ class _TestWriter:
         if data is None:
             if type(obj) in _ARRAY_TYPES:
                 self.conds.append(f"type({expr}) in _AT")
+                self.args.append(expr)
                 return True
             return False
         typ = data[0]
@@ -283,10 +308,14 @@ class _TestWriter:
             if j is not None:
                 self.uses_last = True
                 self.conds.append(f"{expr} is L[{j}]() is not None")
+                self.args.append(f"*L[{j}].leaves")
             else:
-                ref = weakref.ref(obj)
+                ref = _Ref(obj, _forget)
+                ref.leaves = tuple(_leaves(obj))
                 self.refs.append(ref)
-                self.conds.append(f"{expr} is {self.const(ref)}() is not None")
+                name = self.const(ref)
+                self.conds.append(f"{expr} is {name}() is not None")
+                self.args.append(f"*{name}.leaves")
             return True
         if typ is type(None):
             self.conds.append(f"{expr} is None")
@@ -296,12 +325,14 @@ class _TestWriter:
         if is_pure(treedef):
             try:
                 self.conds += pure_conds(expr, treedef, self.const, self.local)
+                self.args.append(f"*_leaves({expr})")
             except TooLarge:  # checked by flattening it
                 var = self.local()
                 self.conds.append(
                     f"type({var} := {expr}) is {self.const(typ)} "
                     f"and _pure_ok({var}, {self.const(treedef)})"
                 )
+                self.args.append(f"*_leaves({var})")
             return True
         # The container is read once into a local; its children are read from that.
         var = self.local()
@@ -325,7 +356,15 @@ def _learn_pattern(
     if writer.uses_last:
         consts["_E"] = last.entry
         conds.insert(1, "S.entry is _E and (L := S.items) is not None")
-    source = f"def factory({', '.join(consts)}):\n    return lambda t, S: {' and '.join(conds)}\n"
+    consts["_J"] = entry.jitted
+    source = (
+        f"def factory({', '.join(consts)}):\n"
+        "    def run(t, S):\n"
+        f"        if {' and '.join(conds)}:\n"
+        f"            return _J({', '.join(writer.args)})\n"
+        "        return _MISS\n"
+        "    return run\n"
+    )
     factory = _FACTORIES.get(source)
     if factory is None:  # the source depends on the arguments' structure only
         if len(_FACTORIES) >= _FACTORIES_MAX:
@@ -360,7 +399,7 @@ class _Entry:
 
     def __init__(self) -> None:
         self.jitted: Any = None  # over the flat list of arrays
-        self.tjit: Any = None  # over the argument trees themselves (plain entries)
+        self.tjit: Any = None  # over the argument trees themselves (lower() of plain entries)
         self.out: _Out | None = None
         self.ambiguous = False
         self.fast = False  # usable by the fast path: traced once, output rebuild known
@@ -369,8 +408,8 @@ class _Entry:
         self.build: Callable[[Any], Any] = _identity
         self.by_aval: dict[Any, _Entry] = {}
         self.donate: tuple[int, ...] = ()
-        # Weak references to the modules of an output (see _Last), or None.
-        self.keep: Callable[[Any], tuple[weakref.ref[Any], ...]] | None = None
+        # References to the modules of an output (see _Last), or None.
+        self.keep: Callable[[Any, Any], tuple[_Ref, ...]] | None = None
         self.patterns: list[_Pattern] = []  # the wrapper's patterns (shared list)
 
     def record(self, out: Any) -> Any:
@@ -388,41 +427,50 @@ class _Entry:
         return spec.split(out)
 
 
-def _keeper(spec: _Out) -> Callable[[Any], tuple[weakref.ref[Any], ...]] | None:
+def _keeper(spec: _Out) -> Callable[[Any, Any], tuple[_Ref, ...]] | None:
     """The modules of an output that the next call may pass back (the model, the modules
     inside an optimizer state), reached through its tuples, lists and dicts, when every
-    leaf of the output is an array; None if there are none."""
+    leaf of the output is an array; None if there are none. ``keep(out, arrays)`` gives a
+    ``_Ref`` to each, holding the module's slice of the output's arrays."""
     if spec.kind != "tree" or spec.static:
         return None
-    exprs: list[str] = []
+    exprs: list[tuple[str, int, int]] = []  # (expression, first leaf, end)
     consts: list[Any] = []
 
     def const(value: Any) -> str:
         consts.append(value)
         return f"c{len(consts) - 1}"
 
-    def walk(treedef: Any, expr: str) -> None:
+    def walk(treedef: Any, expr: str, start: int) -> None:
         data = treedef.node_data()
         if data is None:
             return
         typ = data[0]
         if isinstance(typ, type) and issubclass(typ, _WEAK_TYPES):
-            exprs.append(expr)
+            exprs.append((expr, start, start + treedef.num_leaves))
         elif _is_container(typ):
             for _, child, child_expr in _children(treedef, expr, const)[0]:
-                walk(child, child_expr)
+                walk(child, child_expr, start)
+                start += child.num_leaves
 
-    walk(spec.treedef, "out")
+    walk(spec.treedef, "out", 0)
     if not exprs:
         return None
     names = "".join(f", c{i}" for i in range(len(consts)))
+    lines = "".join(
+        f"        r{i} = _R({e}, _forget); r{i}.leaves = a[{lo}:{hi}]\n"
+        for i, (e, lo, hi) in enumerate(exprs)
+    )
     source = (
-        f"def factory(_weak{names}):\n"
-        f"    return lambda out: ({''.join(f'_weak({e}), ' for e in exprs)})\n"
+        f"def factory(_R, _forget{names}):\n"
+        "    def keep(out, a):\n"
+        f"{lines}"
+        f"        return ({''.join(f'r{i}, ' for i in range(len(exprs)))})\n"
+        "    return keep\n"
     )
     namespace: dict[str, Any] = {}
     exec(source, namespace)
-    return namespace["factory"](weakref.ref, *consts)
+    return namespace["factory"](_Ref, _forget, *consts)
 
 
 def _call_form(fun_is_tree: bool, has_kwargs: bool) -> Callable[[Any], tuple[Any, Any, Any]]:
@@ -467,6 +515,7 @@ class _JitWrapper(Generic[P, R]):
         flatten = _flatten
         slow = self._slow
         build = _build
+        miss = _MISS
         fun = self._fun
         fun_is_tree = self._fun_is_tree
 
@@ -475,9 +524,9 @@ class _JitWrapper(Generic[P, R]):
             if not kwargs:
                 targs = (fun, *args) if fun_is_tree else args
                 for pattern in patterns:
-                    if pattern.test(targs, last):
+                    out = pattern.run(targs, last)
+                    if out is not miss:
                         entry = pattern.entry
-                        out = pattern.invoke(*targs)
                         # Read after the call: a retrace (new shapes) may have replaced it.
                         if entry.single:
                             return out
@@ -507,19 +556,16 @@ class _JitWrapper(Generic[P, R]):
     ) -> Any:
         """First calls, unknown arguments, static or shared leaves, shape-dependent outputs."""
         entry, dyn = self._resolve(tree, leaves, treedef, bool(kwargs))
-        targs = (self._fun, *args) if self._fun_is_tree else args
-        if entry.tjit is not None:
-            out = entry.tjit(*targs, **kwargs)
-        else:
-            out = entry.jitted(*dyn)  # first: tracing sets entry.build
-        out = _build(entry, out, None)
+        arrays = entry.jitted(*dyn)  # first: tracing sets entry.build
+        out = _build(entry, arrays, None)
         if entry.plain and entry.fast and not kwargs:
             parts = treedef.children()
             if self._fun_is_tree:
                 parts = [parts[0], *parts[1].children()]
+            targs = (self._fun, *args) if self._fun_is_tree else args
             self._learn(entry, targs, parts)
         if entry.keep is not None and not entry.single:
-            self._last.items = entry.keep(out)
+            self._last.items = entry.keep(out, arrays)
             self._last.entry = entry
         return out
 
@@ -644,10 +690,11 @@ class _JitWrapper(Generic[P, R]):
         entry.plain = kind == "plain"
         entry.jitted = jax.jit(traced, donate_argnums=donate, **self._jit_kwargs)
         if entry.plain and self._tree_mode:
-            # The arguments go to jax.jit as they are: JAX flattens them once, in C++.
+            # For lower(): a twin over the argument trees, so that the compiled program
+            # takes the arguments as given. Calls use `jitted` (see _Pattern); a lowering
+            # is not a call's trace, so it is not noted.
             def traced_tree(*targs: Any, **kwargs: Any) -> Any:
                 f, a = (targs[0], targs[1:]) if fun_is_tree else (fun, targs)
-                traces.note(f if fun_is_tree else None, a, kwargs)
                 return entry.record(f(*a, **kwargs))
 
             offset = 1 if fun_is_tree else 0
@@ -679,10 +726,11 @@ class _JitWrapper(Generic[P, R]):
     def lower(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Lower for ``(args, kwargs)`` without running: ``.lower(...).compile()``.
 
-        Goes through the same compiled entry a call would use, so the lowered program
-        (donation included) is exactly the one a call runs. The compiled program returns
-        the output's arrays as a flat list. It takes the arguments as given when every leaf
-        is an array and no Variable is shared; otherwise (and when a ``DonateState``
+        Goes through the compiled entry a call would use: the lowered program traces the
+        same function with the same donation. The compiled program returns the output's
+        arrays as a flat list. It takes the arguments as given when every leaf is an
+        array and no Variable is shared (a twin ``jax.jit`` over the argument trees; calls
+        themselves pass the flat list of arrays); otherwise (and when a ``DonateState``
         filter selects part of an argument) it takes the flat list of traced arrays.
         """
         if kwargs:

@@ -664,13 +664,14 @@ def test_arguments_recognised_without_keeping_them_alive(getkey: Callable[[], ja
 
     f, slow, m = _recognised_forward(getkey)
     assert slow() == 1  # recognised on the second call...
-    ref = weakref.ref(m)
+    ref, weight = weakref.ref(m), weakref.ref(m.weight.value)
     del m
     gc.collect()
-    assert ref() is None  # ...through a weak reference only
+    # ...through a weak reference only; the arrays it passes for the model go with it.
+    assert ref() is None and weight() is None
     other = Linear(2, 3, key=getkey())  # a new model: checked, then recognised
     np.testing.assert_allclose(f(other, _x()), other(_x()), rtol=1e-6)
-    f(other, _x())
+    np.testing.assert_allclose(f(other, _x() * 3), other(_x() * 3), rtol=1e-6)
     assert slow() == 2
 
 
@@ -705,11 +706,14 @@ def test_training_state_and_evaluated_models_freed_after_the_loop(
             epochs.append(weakref.ref(m))
     assert slow_step() == 2  # the initial state, then the first output's pattern
     assert slow_eval() == 4  # each epoch's new model once
+    np.testing.assert_allclose(evaluate(m, _x()), m(_x()).sum(), rtol=1e-6)
     mu = weakref.ref(s[0].mu)  # a module inside the optimizer state
+    arrays = [weakref.ref(a) for a in jax.tree.leaves((m, s[0].mu, s[0].nu))]
     del m, s
     gc.collect()
     assert all(ref() is None for ref in epochs)
     assert mu() is None
+    assert all(ref() is None for ref in arrays)  # the arrays passed for them as well
 
 
 def test_a_dead_patterns_place_is_not_matched_by_none() -> None:
