@@ -15,6 +15,8 @@ Every initializer is a function ``init(key, shape, dtype) -> array``. Wrap one w
 from typing import Any, Protocol
 
 import jax
+import numpy as np
+from jax import lax
 from jax.nn import initializers as _jinit
 from jax.nn.initializers import constant as constant
 from jax.nn.initializers import delta_orthogonal as delta_orthogonal
@@ -62,3 +64,10 @@ def kernel_bias_keys(key: Any, bias_init: Initializer, use_bias: bool) -> tuple[
     if use_bias and bias_init is not default_bias_init:
         return key, jax.random.fold_in(key, 1)
     return key, key  # unused by zeros
+
+
+def filled(shape: tuple[int, ...], value: float, dtype: Any) -> jax.Array:
+    """``jnp.full(shape, value, dtype)`` for a tuple of ints: the same array and the same
+    equation (a broadcast of one scalar), without ``jax.numpy``'s argument handling, which
+    costs as much again in a trace. The norms' parameters and statistics start so."""
+    return lax.broadcast_in_dim(np.asarray(value, jax.dtypes.canonicalize_dtype(dtype)), shape, ())

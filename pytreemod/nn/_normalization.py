@@ -14,7 +14,7 @@ from .._sharding_rules import constrain
 from .._trace_cache import trace_once
 from .._variables import BatchStat, Param
 from . import _ops_norm as F
-from ._init import Initializer
+from ._init import Initializer, filled
 from ._ops_common import canonicalize_axes, var_value
 from ._validate import callable_arg, dtype_arg, number, positive_int, prng_key, probability
 
@@ -59,8 +59,8 @@ def _init_params(
             )
         # ones/zeros take no randomness: no key is made or split, so a norm's init
         # program holds its constants only, as a hand-written init would.
-        scale = Param(jnp.ones(shape, param_dtype)) if use_scale else None
-        bias = Param(jnp.zeros(shape, param_dtype)) if use_bias else None
+        scale = Param(filled(shape, 1, param_dtype)) if use_scale else None
+        bias = Param(filled(shape, 0, param_dtype)) if use_bias else None
         return scale, bias
     skey, bkey = jax.random.split(key)
     scale = Param(scale_init(skey, shape, param_dtype)) if use_scale else None
@@ -415,8 +415,8 @@ class BatchNorm(Module, typecheck=True):
         self.scale, self.bias = _init_params(
             "BatchNorm", shape, param_dtype, use_scale, use_bias, scale_init, bias_init, key
         )
-        self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
-        self.var = BatchStat(jnp.ones(shape, jnp.float32))
+        self.mean = BatchStat(filled(shape, 0, jnp.float32))
+        self.var = BatchStat(filled(shape, 1, jnp.float32))
         self.use_running_average = use_running_average
         self.axis = _axes(axis)
         self.momentum = probability("BatchNorm", "momentum", momentum)

@@ -5,6 +5,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import pytreemod as pm
@@ -354,3 +355,17 @@ def test_numpy_float64_statistics_promote_as_jax_numpy_does() -> None:
         y = F.batch_norm(x, np.array([1.0, 1.0]), np.array([4.0, 1.0]), epsilon=0.0)
     assert y.dtype == jnp.float32
     assert y.tolist() == [[1.0, 0.0]]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_default_norm_parameters_are_jax_numpys_ones_and_zeros(dtype: Any) -> None:
+    # The norms build their default parameters and statistics without jax.numpy's
+    # argument handling: the same arrays, and the same equations in an init's jaxpr.
+    bn = pm.nn.BatchNorm(3, param_dtype=dtype)
+    expected = (jnp.ones(3, dtype), jnp.zeros(3, dtype), jnp.zeros(3), jnp.ones(3))
+    for got, want in zip((bn.scale, bn.bias, bn.mean, bn.var), expected, strict=True):
+        assert got.value.dtype == want.dtype
+        np.testing.assert_array_equal(got.value, want)
+    ours = jax.make_jaxpr(lambda: pm.nn.LayerNorm((2, 3), param_dtype=dtype))()
+    theirs = jax.make_jaxpr(lambda: (jnp.ones((2, 3), dtype), jnp.zeros((2, 3), dtype)))()
+    assert str(ours) == str(theirs)
