@@ -364,7 +364,7 @@ def test_default_norm_parameters_are_jax_numpys_ones_and_zeros(dtype: Any) -> No
     bn = pm.nn.BatchNorm(3, param_dtype=dtype)
     expected = (jnp.ones(3, dtype), jnp.zeros(3, dtype), jnp.zeros(3), jnp.ones(3))
     for got, want in zip((bn.scale, bn.bias, bn.mean, bn.var), expected, strict=True):
-        assert got.value.dtype == want.dtype
+        assert got is not None and got.value.dtype == want.dtype
         np.testing.assert_array_equal(got.value, want)
     ours = jax.make_jaxpr(lambda: pm.nn.LayerNorm((2, 3), param_dtype=dtype))()
     theirs = jax.make_jaxpr(lambda: (jnp.ones((2, 3), dtype), jnp.zeros((2, 3), dtype)))()
