@@ -324,8 +324,9 @@ class _TestWriter:
             return False
         if is_pure(treedef):
             try:
-                self.conds += pure_conds(expr, treedef, self.const, self.local)
-                self.args.append(f"*_leaves({expr})")
+                leaves: list[str] = []
+                self.conds += pure_conds(expr, treedef, self.const, self.local, leaves)
+                self.args += leaves
             except TooLarge:  # checked by flattening it
                 var = self.local()
                 self.conds.append(

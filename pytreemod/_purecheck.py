@@ -10,18 +10,20 @@ model, the two arrays of a layer) together: a few ``map`` calls per level, so th
 leaf runs in C. A structure too irregular for that is left to the caller (``TooLarge``).
 
 The conditions are source text for a generated function (see ``_jit._learn_pattern``):
-``conds(expr, treedef, const, local)`` returns them for the value of ``expr``, naming
-constants through ``const`` and fresh local variables through ``local``.
+``conds(expr, treedef, const, local, leaves)`` returns them for the value of ``expr``,
+naming constants through ``const`` and fresh local variables through ``local``, and puts
+in ``leaves`` the expressions that read its arrays in flattening order.
 """
 
 from collections.abc import Callable
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 _VECTOR = 4  # from this many children of one structure on, they are checked together
 _FEW_KEYS = 8  # a dict with more keys than this has its key set compared whole
 _MAX_CONDS = 96  # beyond this, the caller checks the container by flattening it
+_MAX_LEAF_EXPRS = 64  # beyond this many leaves, the arrays are read by flattening
 
 # Names the conditions use besides their constants: the caller puts these in scope.
 NAMES: dict[str, Any] = {
@@ -48,12 +50,27 @@ def is_pure(treedef: Any) -> bool:
 
 
 def conds(
-    expr: str, treedef: Any, const: Callable[[Any], str], local: Callable[[], str]
+    expr: str,
+    treedef: Any,
+    const: Callable[[Any], str],
+    local: Callable[[], str],
+    leaves: list[str] | None = None,
 ) -> list[str]:
     """Conditions true exactly when ``expr`` has structure ``treedef`` (pure) with an
-    array (a type in ``_AT``) at every leaf; ``TooLarge`` if there are too many."""
+    array (a type in ``_AT``) at every leaf; ``TooLarge`` if there are too many.
+
+    ``leaves``, if given, receives expressions reading the arrays in flattening order,
+    valid once the conditions hold: the ones the leaf conditions read (``x4[k1]``, from
+    the locals the conditions bind), or, where children were checked together, one
+    starred flatten (``*_leaves(expr)``)."""
     out: list[str] = []
-    _one(out, expr, treedef, const, local)
+    found: list[str | None] = []
+    _one(out, expr, treedef, const, local, found)
+    if leaves is not None:
+        if None in found or len(found) > _MAX_LEAF_EXPRS:
+            leaves.append(f"*_leaves({expr})")
+        else:
+            leaves += cast(list[str], found)
     return out
 
 
@@ -74,11 +91,19 @@ def _uniform(children: list[Any]) -> bool:
 
 
 def _one(
-    out: list[str], expr: str, treedef: Any, const: Callable[[Any], str], local: Callable[[], str]
+    out: list[str],
+    expr: str,
+    treedef: Any,
+    const: Callable[[Any], str],
+    local: Callable[[], str],
+    found: list[str | None],
 ) -> None:
+    """Conditions for ``expr``; ``found`` gets each leaf's expression, or None for
+    children checked together (which have none of their own)."""
     data = treedef.node_data()
     if data is None:
         _add(out, f"type({expr}) in _AT")
+        found.append(expr)
         return
     typ = data[0]
     if typ is type(None):
@@ -96,16 +121,18 @@ def _one(
                 _add(out, f"{const(key)} in {var}")
         if _uniform(children):
             _many(out, f"{var}.values()", children[0], const, local)
+            found.append(None)
             return
         for key, child in zip(data[1], children):
-            _one(out, f"{var}[{const(key)}]", child, const, local)
+            _one(out, f"{var}[{const(key)}]", child, const, local, found)
         return
     _add(out, f"len({var}) == {len(children)}")
     if _uniform(children):
         _many(out, var, children[0], const, local)
+        found.append(None)
         return
     for i, child in enumerate(children):
-        _one(out, f"{var}[{i}]", child, const, local)
+        _one(out, f"{var}[{i}]", child, const, local, found)
 
 
 def _many(

@@ -8,6 +8,7 @@ function and keep exactly the ties its arguments had.
 from typing import Any
 
 import hypothesis.strategies as st
+import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
@@ -71,3 +72,46 @@ def test_fast_path_calls_equal_plain_calls(steps: list[tuple[str, str]], seed: i
         want_ties = {(i, j) for i, j in _ties(x, y) if i != 0}
         assert _ties(ox, oy) == want_ties
         last = (ox, oy)
+
+
+# Containers of arrays: dicts (keys inserted in any order; flattening sorts them), lists,
+# tuples and None, nested, with a module beside them.
+_keys = st.one_of(st.sampled_from(["w", "b", "a", "z"]), st.integers(0, 3))
+_trees = st.recursive(
+    st.just("leaf") | st.none(),
+    lambda children: st.one_of(
+        st.dictionaries(_keys.map(str), children, max_size=4),
+        st.dictionaries(st.integers(0, 5), children, max_size=4),
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=4).map(tuple),
+    ),
+    max_leaves=12,
+)
+
+
+def _fill(shape: Any, start: float) -> Any:
+    """``shape`` with a distinct array at each "leaf" (in flattening order)."""
+    leaves, treedef = jax.tree.flatten(shape)
+    return jax.tree.unflatten(treedef, [jnp.full(2, start + i) for i in range(len(leaves))])
+
+
+@given(_trees, st.integers(1, 4))
+@settings(max_examples=60, deadline=None)
+def test_fast_path_reads_every_array_of_a_container(shape: Any, calls: int) -> None:
+    # Every leaf is weighted by its position, so an array read from the wrong place (or a
+    # stale one) changes the result.
+    def weigh(model: Pair, tree: Any) -> Any:
+        leaves = jax.tree.leaves(tree)
+        total = sum((i + 1.0) * x for i, x in enumerate(leaves))
+        return model.a.value * 0 + total, jax.tree.map(lambda x: x * 2, tree)
+
+    f = pm.jit(weigh)
+    model = Pair(pm.Param(jnp.zeros(2)), pm.Param(jnp.ones(2)))
+    for call in range(calls + 1):  # the first call is checked, later ones recognised
+        tree = _fill(shape, 10.0 * call)
+        total, doubled = f(model, tree)
+        want_total, want_doubled = weigh(model, tree)
+        np.testing.assert_allclose(total, want_total)
+        assert jax.tree.structure(doubled) == jax.tree.structure(want_doubled)
+        for got, want in zip(jax.tree.leaves(doubled), jax.tree.leaves(want_doubled)):
+            np.testing.assert_allclose(got, want)
