@@ -8,12 +8,12 @@ recognising arguments instead of walking them:
 - **fast path**: the arguments match a pattern learned from an earlier checked call
   (``_Pattern``): arrays, and tuples, lists and dicts of arrays and of modules, where each
   module is one of the previous output (built by the call, so it shares no Variable with
-  anything older) or one the check saw. Modules are recognised through weak references
-  that also hold each module's arrays (``_Ref``; the module holds them anyway, and they
-  are let go when it is freed), so recognising an argument never keeps it alive and a
-  recognised module is never flattened: the compiled function is called on the flat
-  list of arrays. The Python work is one generated function (test, then call) and the
-  output builder.
+  anything older) or one the check saw. Modules are recognised through weak references,
+  beside which their arrays are kept (the module holds them anyway; they are let go
+  when it is freed: ``_Ref`` for a module the check saw, ``_Last`` for the previous
+  output's), so recognising an argument never keeps it alive and a recognised module is
+  never flattened: the compiled function is called on the flat list of arrays. The
+  Python work is one generated function (test, then call) and the output builder.
 - **plain path**: the first call, or an unknown argument: flatten, check that every leaf
   is an array and no leaf occurs twice, then as above. The treedef keys the cache.
 - **static path**: some leaves are not arrays (functions, Python numbers, strings): the
@@ -46,6 +46,7 @@ inside a module changed in place after the module was passed to ``jit`` is not n
 import dataclasses
 import functools
 import gc
+import operator
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -157,7 +158,7 @@ def _build(entry: "_Entry", arrays: Any, last: "_Last | None") -> Any:
     try:
         out = entry.build(arrays)
         if last is not None and entry.keep is not None:
-            last.items = entry.keep(out, arrays)
+            last.items, last.arrays = entry.keep(out, arrays, last.drop)
             last.entry = entry
         return out
     finally:
@@ -184,7 +185,7 @@ _PATTERNS_PER_ENTRY = 4
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
-    """A weak reference to a module that a pattern recognises, with the module's arrays
+    """A weak reference to a module that a pattern's check saw, with the module's arrays
     in the order flattening gives them (``leaves``): a call passing the module sends
     these to the compiled function, without flattening the module. Arrays the module
     holds anyway; when the module is freed, ``_forget`` lets go of them too."""
@@ -199,13 +200,21 @@ def _forget(ref: _Ref) -> None:
 
 class _Last:
     """The latest output of a wrapper, as far as the next call may pass parts of it back:
-    references to its modules (``items``) and the entry that built it (``entry``)."""
+    weak references to its modules (``items``), their arrays (``arrays``, in the order of
+    ``entry.kept``) and the entry that built it (``entry``). When one of the modules is
+    freed, ``drop`` lets go of the arrays and of the entry, so nothing is held for a
+    module the caller let go of."""
 
-    __slots__ = ("entry", "items")
+    __slots__ = ("arrays", "drop", "entry", "items")
 
     def __init__(self) -> None:
-        self.items: tuple[_Ref, ...] = ()
+        self.items: tuple[weakref.ref[Any], ...] = ()
+        self.arrays: Sequence[Any] = ()
         self.entry: _Entry | None = None
+        self.drop = self.forget
+
+    def forget(self, _ref: Any = None) -> None:
+        self.items, self.arrays, self.entry = (), (), None
 
 
 _MISS = object()  # what a pattern's run gives for arguments it does not recognise
@@ -217,8 +226,8 @@ class _Pattern:
     function on their arrays (``_MISS`` otherwise).
 
     Modules and bound methods are recognised by identity: either the object the check saw
-    or the module at the same place in the wrapper's latest output, each through a
-    ``_Ref`` that also holds its arrays, so a recognised module is never flattened. Arrays
+    (a ``_Ref``) or the module at the same place in the wrapper's latest output (``_Last``),
+    each with its arrays at hand, so a recognised module is never flattened. Arrays
     are recognised by type; tuples, named tuples, lists, dicts and ``None`` around them by
     type and length or keys. Arguments passing the test need no walk: objects seen by one
     check share no Variable with each other, and an output's modules are built by the
@@ -279,6 +288,7 @@ class _TestWriter:
         }
         self.refs: list[_Ref] = []
         live = [r() for r in last.items]
+        self.kept = last.entry.kept if last.entry is not None else ()
         self.in_last = {id(o): j for j, o in enumerate(live) if o is not None}
         self.uses_last = False
         self.locals = 0  # containers bound to a local (x0, x1, ...) by the test
@@ -307,8 +317,9 @@ class _TestWriter:
             j = self.in_last.get(id(obj))
             if j is not None:
                 self.uses_last = True
+                lo, hi = self.kept[j]
                 self.conds.append(f"{expr} is L[{j}]() is not None")
-                self.args.append(f"*L[{j}].leaves")
+                self.args.append(f"*A[{lo}:{hi}]")
             else:
                 ref = _Ref(obj, _forget)
                 ref.leaves = tuple(_leaves(obj))
@@ -356,7 +367,7 @@ def _learn_pattern(
     conds, consts = writer.conds, writer.consts
     if writer.uses_last:
         consts["_E"] = last.entry
-        conds.insert(1, "S.entry is _E and (L := S.items) is not None")
+        conds.insert(1, "S.entry is _E and (L := S.items) is not None and (A := S.arrays)")
     consts["_J"] = entry.jitted
     source = (
         f"def factory({', '.join(consts)}):\n"
@@ -391,6 +402,7 @@ class _Entry:
         "fast",
         "jitted",
         "keep",
+        "kept",
         "out",
         "patterns",
         "plain",
@@ -410,7 +422,8 @@ class _Entry:
         self.by_aval: dict[Any, _Entry] = {}
         self.donate: tuple[int, ...] = ()
         # References to the modules of an output (see _Last), or None.
-        self.keep: Callable[[Any, Any], tuple[_Ref, ...]] | None = None
+        self.keep: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
+        self.kept: tuple[tuple[int, int], ...] = ()  # each kept module's slice of arrays
         self.patterns: list[_Pattern] = []  # the wrapper's patterns (shared list)
 
     def record(self, out: Any) -> Any:
@@ -424,18 +437,23 @@ class _Entry:
         self.single = spec.kind == "single"
         self.build = spec.build
         self.fast = not self.ambiguous
-        self.keep = _keeper(spec)
+        self.keep, self.kept = _keeper(spec)
         return spec.split(out)
 
 
-def _keeper(spec: _Out) -> Callable[[Any, Any], tuple[_Ref, ...]] | None:
+def _keeper(
+    spec: _Out,
+) -> tuple[Callable[[Any, Any, Any], tuple[Any, Any]] | None, tuple[tuple[int, int], ...]]:
     """The modules of an output that the next call may pass back (the model, the modules
     inside an optimizer state), reached through its tuples, lists and dicts, when every
-    leaf of the output is an array; None if there are none. ``keep(out, arrays)`` gives a
-    ``_Ref`` to each, holding the module's slice of the output's arrays."""
+    leaf of the output is an array: ``keep(out, arrays, drop)`` gives weak references to
+    them (calling ``drop`` when one is freed) and their arrays, module after module; with
+    it, each module's slice of those arrays. None if there are none."""
     if spec.kind != "tree" or spec.static:
-        return None
-    exprs: list[tuple[str, int, int]] = []  # (expression, first leaf, end)
+        return None, ()
+    exprs: list[str] = []
+    positions: list[int] = []  # of the kept arrays among the output's
+    kept: list[tuple[int, int]] = []
     consts: list[Any] = []
 
     def const(value: Any) -> str:
@@ -448,7 +466,9 @@ def _keeper(spec: _Out) -> Callable[[Any, Any], tuple[_Ref, ...]] | None:
             return
         typ = data[0]
         if isinstance(typ, type) and issubclass(typ, _WEAK_TYPES):
-            exprs.append((expr, start, start + treedef.num_leaves))
+            exprs.append(expr)
+            kept.append((len(positions), len(positions) + treedef.num_leaves))
+            positions.extend(range(start, start + treedef.num_leaves))
         elif _is_container(typ):
             for _, child, child_expr in _children(treedef, expr, const)[0]:
                 walk(child, child_expr, start)
@@ -456,22 +476,21 @@ def _keeper(spec: _Out) -> Callable[[Any, Any], tuple[_Ref, ...]] | None:
 
     walk(spec.treedef, "out", 0)
     if not exprs:
-        return None
+        return None, ()
+    if positions == list(range(spec.treedef.num_leaves)):
+        arrays = "a"  # the modules hold every array of the output
+    elif len(positions) == 1:
+        arrays = f"(a[{positions[0]}],)"
+    else:
+        arrays = f"{const(operator.itemgetter(*positions))}(a)"
     names = "".join(f", c{i}" for i in range(len(consts)))
-    lines = "".join(
-        f"        r{i} = _R({e}, _forget); r{i}.leaves = a[{lo}:{hi}]\n"
-        for i, (e, lo, hi) in enumerate(exprs)
-    )
     source = (
-        f"def factory(_R, _forget{names}):\n"
-        "    def keep(out, a):\n"
-        f"{lines}"
-        f"        return ({''.join(f'r{i}, ' for i in range(len(exprs)))})\n"
-        "    return keep\n"
+        f"def factory(_weak{names}):\n"
+        f"    return lambda out, a, D: (({''.join(f'_weak({e}, D), ' for e in exprs)}), {arrays})\n"
     )
     namespace: dict[str, Any] = {}
     exec(source, namespace)
-    return namespace["factory"](_Ref, _forget, *consts)
+    return namespace["factory"](weakref.ref, *consts), tuple(kept)
 
 
 def _call_form(fun_is_tree: bool, has_kwargs: bool) -> Callable[[Any], tuple[Any, Any, Any]]:
@@ -548,8 +567,7 @@ class _JitWrapper(Generic[P, R]):
         """Drop the compiled functions and every reference kept to recognise arguments."""
         self._cache.clear()
         self._patterns.clear()
-        self._last.items = ()
-        self._last.entry = None
+        self._last.forget()
         self._traces.reset()
 
     def _slow(
@@ -566,8 +584,9 @@ class _JitWrapper(Generic[P, R]):
             targs = (self._fun, *args) if self._fun_is_tree else args
             self._learn(entry, targs, parts)
         if entry.keep is not None and not entry.single:
-            self._last.items = entry.keep(out, arrays)
-            self._last.entry = entry
+            last = self._last
+            last.items, last.arrays = entry.keep(out, arrays, last.drop)
+            last.entry = entry
         return out
 
     def _learn(self, entry: _Entry, targs: tuple[Any, ...], parts: Sequence[Any]) -> None:

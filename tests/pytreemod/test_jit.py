@@ -716,6 +716,33 @@ def test_training_state_and_evaluated_models_freed_after_the_loop(
     assert all(ref() is None for ref in arrays)  # the arrays passed for them as well
 
 
+def test_a_freed_part_of_the_output_lets_go_of_the_rest(getkey: Callable[[], jax.Array]) -> None:
+    # Two modules of one output are recognised on the next call: when the caller frees
+    # one of them, the arrays kept for recognising the other are let go of too, and a
+    # call passing the survivor is checked again, with the right numbers.
+    import gc
+    import weakref
+
+    @pm.jit
+    def step(a: Linear, b: Linear, x: jax.Array) -> Any:
+        grow = lambda m: pm.tree_at(lambda m: m.bias, m, pm.Param(m.bias.value + x.sum()))
+        return grow(a), grow(b), a(x) + b(x)
+
+    slow = _slow_calls(step)
+    a, b = Linear(2, 2, key=getkey()), Linear(2, 2, key=getkey())
+    for _ in range(3):
+        a, b, _ = step(a, b, _x())
+    assert slow() == 2  # the initial models, then the first output's pattern
+    kept = weakref.ref(b.bias.value)
+    del b
+    gc.collect()
+    assert kept() is None  # b's arrays were kept beside a's: both let go
+    fresh = Linear(2, 2, key=getkey())
+    _, _, y = step(a, fresh, _x())
+    np.testing.assert_allclose(y, a(_x()) + fresh(_x()), rtol=1e-6)
+    assert slow() == 3
+
+
 def test_a_dead_patterns_place_is_not_matched_by_none() -> None:
     # A pattern recognising a module whose reference died must not match None there.
     import gc
