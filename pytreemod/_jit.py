@@ -367,7 +367,9 @@ def _learn_pattern(
     conds, consts = writer.conds, writer.consts
     if writer.uses_last:
         consts["_E"] = last.entry
-        conds.insert(1, "S.entry is _E and (L := S.items) is not None and (A := S.arrays)")
+        conds.insert(
+            1, "S.entry is _E and (L := S.items) is not None and (A := S.arrays) is not None"
+        )
     consts["_J"] = entry.jitted
     source = (
         f"def factory({', '.join(consts)}):\n"
@@ -479,8 +481,8 @@ def _keeper(
         return None, ()
     if positions == list(range(spec.treedef.num_leaves)):
         arrays = "a"  # the modules hold every array of the output
-    elif len(positions) == 1:
-        arrays = f"(a[{positions[0]}],)"
+    elif len(positions) <= 1:
+        arrays = f"({''.join(f'a[{p}],' for p in positions)})"
     else:
         arrays = f"{const(operator.itemgetter(*positions))}(a)"
     names = "".join(f", c{i}" for i in range(len(consts)))

@@ -743,6 +743,32 @@ def test_a_freed_part_of_the_output_lets_go_of_the_rest(getkey: Callable[[], jax
     assert slow() == 3
 
 
+class _Tag(pm.Module):
+    name: str = pm.field(static=True)
+
+
+@pytest.mark.parametrize("tags", [0, 1, 2])
+def test_output_modules_without_arrays_are_recognised(
+    getkey: Callable[[], jax.Array], tags: int
+) -> None:
+    # Modules holding no array at all (only static fields) among the output's modules,
+    # with or without array-holding ones beside them: passed back, they are recognised.
+    @pm.jit
+    def step(parts: tuple[Any, ...], x: jax.Array) -> Any:
+        return parts, sum(p(x).sum() for p in parts if isinstance(p, Linear)) + x.sum()
+
+    slow = _slow_calls(step)
+    model = Linear(2, 2, key=getkey())
+    parts: tuple[Any, ...] = tuple(_Tag(f"t{i}") for i in range(tags))
+    parts = (*parts, model) if tags != 1 else parts
+    for i in range(4):
+        parts, y = step(parts, _x() * i)
+        want = sum(p(_x() * i).sum() for p in parts if isinstance(p, Linear)) + (_x() * i).sum()
+        np.testing.assert_allclose(y, want, rtol=1e-6)
+    assert [p.name for p in parts if isinstance(p, _Tag)] == [f"t{i}" for i in range(tags)]
+    assert slow() == 2  # the first call, then the first output's pattern
+
+
 def test_a_dead_patterns_place_is_not_matched_by_none() -> None:
     # A pattern recognising a module whose reference died must not match None there.
     import gc
