@@ -235,7 +235,7 @@ def _learn_pattern(
     return _Pattern(entry, factory(**consts), tuple(writer.refs))
 
 
-_FACTORIES: dict[str, Callable[..., Callable[..., bool]]] = {}
+_FACTORIES: dict[str, Callable[..., Callable[..., Any]]] = {}
 _FACTORIES_MAX = 1024
 
 
