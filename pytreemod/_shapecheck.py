@@ -85,9 +85,15 @@ def checked(fn: F, *, method: bool | None = None) -> F:
             checked_fn = _with_self_as(fn, cls)
         inner = jaxtyped(typechecker=_typechecker())(checked_fn)
         fast = _one_pass(checked_fn)
-        signature = inspect.signature(fn)
-        built[:] = [signature, fast, inner, number_slots(fn), BeartypeCallHintViolation]
-        built.append(TypeCheckError)
+        slots = number_slots(fn)
+        built[:] = [
+            inspect.signature(fn),
+            fast,
+            inner,
+            slots,
+            BeartypeCallHintViolation,
+            TypeCheckError,
+        ]
         return built
 
     @functools.wraps(fn)

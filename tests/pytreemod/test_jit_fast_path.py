@@ -384,3 +384,25 @@ def test_compiled_tests_cache_is_bounded(
         np.testing.assert_allclose(f(m, batch), m(_x()), rtol=1e-6)
         sizes.append(len(_jit_patterns._FACTORIES))
     assert max(sizes) <= 8 and sizes[-1] < sizes[-5]  # full, cleared, filling again
+
+
+class _One(pm.Module):
+    w: pm.Param
+
+
+def test_an_output_module_with_one_array_beside_other_outputs() -> None:
+    # The module holds one of the output's two arrays: it alone is kept for the next call.
+    @pm.jit
+    def step(m: _One, x: jax.Array) -> Any:
+        return m.replace(w=pm.Param(m.w.value + x)), (m.w.value * x).sum()
+
+    slow = _slow_calls(step)
+    m = _One(pm.Param(jnp.array([1.0, 2.0])))
+    want = np.array([1.0, 2.0])
+    for i in range(4):
+        x = jnp.array([i, 10.0 * i])
+        m, y = step(m, x)
+        np.testing.assert_allclose(y, (want * np.asarray(x)).sum())
+        want = want + np.asarray(x)
+    np.testing.assert_allclose(m.w.value, want)
+    assert slow() == 2  # the first call, then the first output's pattern
