@@ -17,9 +17,10 @@ loss + gradients + an adam update. The same math in:
 All four start from the same parameters (flax.linen's init, converted), so their losses
 agree to bf16 tolerance. Measured per contestant: **step** time (``--steps`` steps
 carrying the state, blocking once at the end; median over interleaved rounds),
-**dispatch** time (how long a call takes to return, the device still busy; median over
-calls), and **compile** time (the first call after ``jax.clear_caches()``: trace,
-compile and run).
+**dispatch** time (how long a call takes to return: within those rounds, the device
+still busy, and with the device idle, the host's own cost per call; medians over calls),
+and **compile** time (the first call after ``jax.clear_caches()``: trace, compile and
+run; after one untimed compile, which pays the process's one-time costs).
 
 Run on a GPU: ``python -m benchmarks.gpu``; a tiny CPU configuration for tests:
 ``python -m benchmarks.gpu --tiny``.
@@ -247,29 +248,33 @@ def contestants(cfg: Config) -> tuple[dict[str, Contestant], jax.Array, jax.Arra
     return out, x, y
 
 
-def first_losses(cfg: Config) -> dict[str, float]:
-    """The loss of one step of each implementation (they start from the same parameters)."""
-    runs, x, y = contestants(cfg)
-    return {
-        name: float(make()(state, opt_state, x, y)[2])
-        for name, (make, state, opt_state) in runs.items()
-    }
-
-
 def measure(cfg: Config, *, steps: int, rounds: int) -> dict[str, dict[str, float]]:
     runs, x, y = contestants(cfg)
     result: dict[str, dict[str, float]] = {name: {} for name in runs}
     steps_fns, states = {}, {}
+    failed: dict[str, str] = {}
+    # One untimed compile first: the process's one-time costs (the GPU libraries' handles,
+    # the autotuning of each matrix shape, kept across `clear_caches`) would otherwise all
+    # fall on whichever contestant compiles first.
+    make, state, opt_state = runs["raw JAX"]
+    jax.block_until_ready(make()(state, opt_state, x, y))
     for name, (make, state, opt_state) in runs.items():  # compile time, fresh
         jax.clear_caches()
         step = make()
         start = time.perf_counter()
-        state, opt_state, loss = jax.block_until_ready(step(state, opt_state, x, y))
+        try:
+            state, opt_state, loss = jax.block_until_ready(step(state, opt_state, x, y))
+        except Exception as e:  # one failing contestant must not hide the others' numbers
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            continue
         result[name]["compile_s"] = time.perf_counter() - start
         result[name]["loss"] = float(loss)
         steps_fns[name], states[name] = step, (state, opt_state)
-    step_times: dict[str, list[float]] = {name: [] for name in runs}
-    dispatch: dict[str, list[float]] = {name: [] for name in runs}
+    for name, step in steps_fns.items():  # `clear_caches` above dropped the earlier ones' programs
+        states[name] = jax.block_until_ready(step(*states[name], x, y)[:2])
+    step_times: dict[str, list[float]] = {name: [] for name in steps_fns}
+    dispatch: dict[str, list[float]] = {name: [] for name in steps_fns}
+    idle: dict[str, list[float]] = {name: [] for name in steps_fns}
     for _ in range(rounds):
         for name, step in steps_fns.items():
             state, opt_state = states[name]
@@ -280,10 +285,19 @@ def measure(cfg: Config, *, steps: int, rounds: int) -> dict[str, dict[str, floa
                 dispatch[name].append(time.perf_counter() - t0)
             jax.block_until_ready((state, opt_state))
             step_times[name].append((time.perf_counter() - start) / steps)
+            for _ in range(3):  # the host's own cost: a call with the device idle
+                t0 = time.perf_counter()
+                state, opt_state, loss = step(state, opt_state, x, y)
+                idle[name].append(time.perf_counter() - t0)
+                jax.block_until_ready((state, opt_state))
             states[name] = (state, opt_state)
-    for name in runs:
+    for name in steps_fns:
         result[name]["step_ms"] = statistics.median(step_times[name]) * 1e3
         result[name]["dispatch_us"] = statistics.median(dispatch[name]) * 1e6
+        result[name]["idle_us"] = statistics.median(idle[name]) * 1e6
+    for name, error in failed.items():
+        print(f"{name} failed: {error}")
+        del result[name]
     return result
 
 
@@ -301,19 +315,26 @@ def main() -> None:
         f"attention implementation: {attention_impl() or 'default'}; {cfg}"
     )
     print()
-    base = res["raw JAX"]["step_ms"]
-    print("| contestant | step (ms) | ratio to raw | dispatch (us) | compile (s) | loss |")
-    print("|---|---:|---:|---:|---:|---:|")
+    base = res["raw JAX"]["step_ms"] if "raw JAX" in res else float("nan")
+    idle_base = res["raw JAX"]["idle_us"] if "raw JAX" in res else float("nan")
+    print(
+        "| contestant | step (ms) | ratio to raw | dispatch, device busy (us) "
+        "| dispatch, device idle (us) | ratio to raw | compile (s) | loss |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in res.items():
         print(
             f"| {name} | {r['step_ms']:.3f} | {r['step_ms'] / base:.2f}x | "
-            f"{r['dispatch_us']:.0f} | {r['compile_s']:.2f} | {r['loss']:.5f} |"
+            f"{r['dispatch_us']:.0f} | {r['idle_us']:.0f} | {r['idle_us'] / idle_base:.2f}x | "
+            f"{r['compile_s']:.2f} | {r['loss']:.5f} |"
         )
     print()
     print(
         f"Step: {args.steps} steps per round carrying the state, blocking once, median of "
-        f"{args.rounds} interleaved rounds. Dispatch: median time for a call to return. "
-        "Compile: the first call after `jax.clear_caches()` (trace + compile + run)."
+        f"{args.rounds} interleaved rounds. Dispatch: median time for a call to return, within "
+        "those rounds (device busy) and for 3 calls per round made with the device idle. "
+        "Compile: the first call after `jax.clear_caches()` (trace + compile + run), after one "
+        "untimed compile of the raw JAX step."
     )
 
 

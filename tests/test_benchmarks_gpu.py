@@ -1,22 +1,60 @@
-"""benchmarks/gpu.py stays ready for a GPU run: its tiny configuration runs on the CPU and
-the four implementations of the train step agree on the loss."""
+"""benchmarks/gpu.py stays ready for a GPU run: its tiny configuration runs on the CPU,
+the four implementations of the train step agree on the loss, and the measurement
+reports every figure it prints."""
+
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from benchmarks import gpu
 
+FIGURES = {"compile_s", "loss", "step_ms", "dispatch_us", "idle_us"}
 
-def test_tiny_transformer_step_agrees_across_implementations() -> None:
+
+@pytest.fixture(autouse=True)
+def _default_promotion() -> Any:
     # JAX's default promotion, as users run it: Flax's LayerNorm mixes bf16 and f32 and
     # the raw-JAX step broadcasts biases over the leading axes.
     with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
-        losses = gpu.first_losses(gpu.TINY)
-    assert set(losses) == {"pytreemod", "adapters.linen", "flax.linen", "raw JAX"}
-    reference = losses["raw JAX"]
+        yield
+
+
+def test_tiny_transformer_step_agrees_across_implementations() -> None:
+    result = gpu.measure(gpu.TINY, steps=2, rounds=1)
+    assert set(result) == {"pytreemod", "adapters.linen", "flax.linen", "raw JAX"}
+    reference = result["raw JAX"]["loss"]
     assert np.isfinite(reference) and reference > 0
-    for name, loss in losses.items():  # bf16 activations: agreement to bf16 precision
-        np.testing.assert_allclose(loss, reference, rtol=2e-2, err_msg=name)
+    for name, figures in result.items():
+        assert set(figures) == FIGURES, name
+        assert all(v > 0 for v in figures.values()), (name, figures)
+        # bf16 activations: agreement to bf16 precision
+        np.testing.assert_allclose(figures["loss"], reference, rtol=2e-2, err_msg=name)
+
+
+def test_a_failing_contestant_is_reported_and_the_others_measured(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken_step(*args: Any) -> Any:
+        raise RuntimeError("no kernel for this shape")
+
+    def step(params: Any, opt_state: Any, x: jax.Array, y: jax.Array) -> Any:
+        return params * 0.5, opt_state, gpu._loss(x * params, y)
+
+    def two_contestants(cfg: gpu.Config) -> Any:
+        x, y, params = jnp.ones((2, 3)), jnp.zeros((2, 3)), jnp.float32(2.0)
+        runs = {
+            "raw JAX": (lambda: jax.jit(step), params, ()),
+            "broken": (lambda: broken_step, None, None),
+        }
+        return runs, x, y
+
+    monkeypatch.setattr(gpu, "contestants", two_contestants)
+    result = gpu.measure(gpu.TINY, steps=1, rounds=1)
+    assert set(result) == {"raw JAX"} and set(result["raw JAX"]) == FIGURES
+    assert "broken failed: RuntimeError: no kernel for this shape" in capsys.readouterr().out
 
 
 def test_attention_uses_cudnn_only_on_a_gpu() -> None:
