@@ -10,10 +10,12 @@ every round, each number the **median** over rounds, every measurement starting 
 
 (a) **Deep unrolled model.** ``jax.jit(grad(loss)).trace(...).lower()`` of 48 residual
     MLP blocks (``x + Linear(gelu(Linear(LayerNorm(x))))``, width 128), written with
-    ``pm.nn`` (``pm.grad`` over the ``"params"``), in raw JAX (dict parameters, the
-    same math) and with Equinox (``eqx.nn`` layers, ``jax.vmap`` over the batch).
+    ``pm.nn`` (``pm.grad`` over the ``"params"``; ``pm.nn.gelu``, and ``jax.nn.gelu``
+    in a second row), in raw JAX (dict parameters, the same math, ``jax.nn.gelu``) and
+    with Equinox (``eqx.nn`` layers, ``jax.vmap`` over the batch).
 (b) **ResNet-18 under ``jax.eval_shape``:** construction (``init``) and an evaluation
-    forward pass (BatchNorm reads its running averages), ``pm.nn`` against raw JAX.
+    forward pass (BatchNorm reads its running averages), ``pm.nn`` (``pm.nn.relu``)
+    against raw JAX (``jax.nn.relu``).
 (c) **Jitted init of a ResNet-18:** a fresh ``jax.jit`` of the construction, traced,
     compiled and run once, ``pm.nn`` against raw JAX; plus the optimised HLO instruction
     counts of both init programs.
@@ -46,26 +48,31 @@ IMAGE = (8, 224, 224, 3)
 # ----------------------------------------------------------------------------- (a) deep MLP
 
 
+Activation = Callable[[jax.Array], jax.Array]
+
+
 class PmBlock(pm.Module):
     norm: pm.nn.LayerNorm
     up: pm.nn.Linear
     down: pm.nn.Linear
+    act: Activation = pm.field(static=True)
 
-    def __init__(self, *, key: jax.Array):
+    def __init__(self, *, key: jax.Array, act: Activation = pm.nn.gelu):
         k1, k2 = jax.random.split(key)
         self.norm = pm.nn.LayerNorm(WIDTH)
         self.up = pm.nn.Linear(WIDTH, 4 * WIDTH, key=k1)
         self.down = pm.nn.Linear(4 * WIDTH, WIDTH, key=k2)
+        self.act = act
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return x + self.down(jax.nn.gelu(self.up(self.norm(x))))
+        return x + self.down(self.act(self.up(self.norm(x))))
 
 
 class PmDeep(pm.Module):
     blocks: tuple[PmBlock, ...]
 
-    def __init__(self, *, key: jax.Array):
-        self.blocks = tuple(PmBlock(key=k) for k in jax.random.split(key, DEPTH))
+    def __init__(self, *, key: jax.Array, act: Activation = pm.nn.gelu):
+        self.blocks = tuple(PmBlock(key=k, act=act) for k in jax.random.split(key, DEPTH))
 
     def __call__(self, x: jax.Array) -> jax.Array:
         for block in self.blocks:
@@ -160,11 +167,11 @@ class PmBasicBlock(pm.Module):
             self.proj, self.proj_bn = None, None
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = jax.nn.relu(self.bn1(self.conv1(x)))
+        y = pm.nn.relu(self.bn1(self.conv1(x)))
         y = self.bn2(self.conv2(y))
         if self.proj is not None and self.proj_bn is not None:
             x = self.proj_bn(self.proj(x))
-        return jax.nn.relu(x + y)
+        return pm.nn.relu(x + y)
 
 
 def _stage_plan() -> list[tuple[int, int, int]]:
@@ -195,7 +202,7 @@ class PmResNet18(pm.Module):
         self.head = pm.nn.Linear(512, num_classes, key=keys[-1])
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = jax.nn.relu(self.stem_bn(self.stem(x)))
+        x = pm.nn.relu(self.stem_bn(self.stem(x)))
         x = pm.nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         for block in self.blocks:
             x = block(x)
@@ -342,6 +349,7 @@ def deep_contestants() -> dict[str, Callable[[], object]]:
     key = jax.random.key(0)
     x = jnp.ones((BATCH, WIDTH))
     pm_model = PmDeep(key=key)
+    pm_jax_gelu = PmDeep(key=key, act=jax.nn.gelu)
     raw_params = raw_deep_params(key)
     eqx_blocks = [EqxBlock(k) for k in jax.random.split(key, DEPTH)]
 
@@ -354,6 +362,7 @@ def deep_contestants() -> dict[str, Callable[[], object]]:
 
     return {
         "pytreemod (pm.nn)": lower(pm_deep_step, pm_model, x),
+        "pytreemod, jax.nn.gelu": lower(pm_deep_step, pm_jax_gelu, x),
         "pytreemod, trace_once off": pm_off,
         "raw JAX": lower(raw_deep_step, raw_params, x),
         "Equinox": lower(eqx_deep_step, eqx_blocks, x),

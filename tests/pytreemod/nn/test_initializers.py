@@ -1,7 +1,6 @@
 """Initializer defaults (Flax Linen's published ones) and the activation re-exports."""
 
 import jax
-import jax.numpy as jnp
 import pytest
 
 import pytreemod as pm
@@ -39,9 +38,3 @@ def test_attention_kernels_accept_full_shape_partitioning() -> None:
     flat = pm.with_partitioning(initializers.lecun_normal(), ("embed", "heads"))
     with pytest.raises(pm.LayerConfigError, match=r"names the axes of the flattened \(4, 4\)"):
         pm.nn.ProjectHeads(4, 2, 2, kernel_init=flat, key=jax.random.key(0))
-
-
-@pytest.mark.parametrize("name", ["relu", "gelu", "silu", "softmax", "log_softmax", "sigmoid"])
-def test_activations_are_jax_nn_functions(name: str) -> None:
-    assert getattr(pm.nn, name) is getattr(jax.nn, name)
-    assert pm.nn.tanh is jnp.tanh
