@@ -248,6 +248,15 @@ def contestants(cfg: Config) -> tuple[dict[str, Contestant], jax.Array, jax.Arra
     return out, x, y
 
 
+def first_losses(cfg: Config) -> dict[str, float]:
+    """The loss of one step of each implementation (they start from the same parameters)."""
+    runs, x, y = contestants(cfg)
+    return {
+        name: float(make()(state, opt_state, x, y)[2])
+        for name, (make, state, opt_state) in runs.items()
+    }
+
+
 def measure(cfg: Config, *, steps: int, rounds: int) -> dict[str, dict[str, float]]:
     runs, x, y = contestants(cfg)
     result: dict[str, dict[str, float]] = {name: {} for name in runs}
