@@ -5,8 +5,9 @@ Run: ``python -m benchmarks.trace [--rounds N]`` (prints Markdown tables).
 ``pm.nn``'s layers wear ``pm.trace_once``: under a trace, each distinct (configuration,
 input shapes) of a layer is traced once and later calls replay it as a nested ``jit``
 equation, which XLA inlines. Measured in one process, all contestants interleaved in
-every round, each number the **median** over rounds, every measurement starting cold
-(``jax.clear_caches()`` and trace_once's own cache emptied first):
+every round (in reverse order every other round), each number the **median** over
+rounds, every measurement starting cold (``jax.clear_caches()`` and trace_once's own
+cache emptied first):
 
 (a) **Deep unrolled model.** ``jax.jit(grad(loss)).trace(...).lower()`` of 48 residual
     MLP blocks (``x + Linear(gelu(Linear(LayerNorm(x))))``, width 128), written with
@@ -284,12 +285,15 @@ def _seconds(fn: Callable[[], object]) -> float:
 
 def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
     """Median seconds of each function over ``rounds`` rounds, all functions run once per
-    round in turn, each from cold caches."""
+    round in turn, each from cold caches. The order reverses every round, so that what
+    one function leaves behind (freed memory, the collector's counts) does not always
+    fall on the same next one."""
     for fn in fns.values():  # warm up imports and one-off module-level work
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    items = list(fns.items())
+    for r in range(rounds):
+        for name, fn in items if r % 2 == 0 else reversed(items):
             times[name].append(_seconds(fn))
     return {name: statistics.median(ts) for name, ts in times.items()}
 
