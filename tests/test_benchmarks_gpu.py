@@ -63,6 +63,21 @@ def test_measurement_reports_every_figure_and_a_failing_contestant(
     assert "broken failed: RuntimeError: no kernel for this shape" in capsys.readouterr().out
 
 
+def test_a_failing_raw_step_leaves_the_others_measured(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken_step(*args: Any) -> Any:
+        raise RuntimeError()  # no message at all
+
+    def contestants(cfg: gpu.Config) -> Any:
+        runs, x, y = _cheap_contestants(cfg)
+        return {"raw JAX": (lambda: broken_step, None, None), "pytreemod": runs["pytreemod"]}, x, y
+
+    monkeypatch.setattr(gpu, "contestants", contestants)
+    assert set(gpu.measure(gpu.TINY, steps=1, rounds=1)) == {"pytreemod"}
+    assert "raw JAX failed: RuntimeError: " in capsys.readouterr().out
+
+
 def test_attention_uses_cudnn_only_on_a_gpu() -> None:
     expected = "cudnn" if jax.default_backend() == "gpu" else None
     assert gpu.attention_impl() == expected
