@@ -188,11 +188,30 @@ def as_python_numbers(
     ``(2,)``), so that a NumPy scalar means exactly what the Python number means: weakly
     typed in JAX arithmetic, hashable the same way in static fields and cache keys."""
     positions, names = slots
-    if any(i in positions for i in range(len(args))):
-        args = tuple(_as_python(a) if i in positions else a for i, a in enumerate(args))
-    if kwargs and not names.isdisjoint(kwargs):
-        kwargs = {k: _as_python(v) if k in names else v for k, v in kwargs.items()}
+    n = len(args)
+    for i in positions:
+        if i < n and _holds_numpy_number(args[i]):
+            args = tuple(_as_python(a) if i in positions else a for i, a in enumerate(args))
+            break
+    if kwargs:
+        for k in names:
+            if k in kwargs and _holds_numpy_number(kwargs[k]):
+                kwargs = {k: _as_python(v) if k in names else v for k, v in kwargs.items()}
+                break
     return args, kwargs
+
+
+_PYTHON_SCALARS = frozenset({int, float, bool, str, type(None)})
+
+
+def _holds_numpy_number(value: Any) -> bool:
+    """Whether ``_as_python`` would change ``value`` (the common Python value: no)."""
+    t = type(value)
+    if t in _PYTHON_SCALARS:
+        return False
+    if t is tuple or t is list:
+        return any(isinstance(v, np.generic) for v in value)
+    return isinstance(value, np.generic) and not isinstance(value, np.bool_)
 
 
 def python_numbers(fn: F) -> F:

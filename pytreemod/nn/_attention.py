@@ -17,7 +17,13 @@ from .._trace_cache import trace_once
 from .._variables import Cache, Param
 from . import _ops_attention as A
 from . import _ops_linear as L
-from ._init import Initializer, default_bias_init, default_kernel_init, kernel_bias_keys
+from ._init import (
+    Initializer,
+    bias_value,
+    default_bias_init,
+    default_kernel_init,
+    kernel_bias_keys,
+)
 from ._normalization import LayerNorm
 from ._ops_common import unboxed, var_value
 from ._validate import callable_arg, layer_args, one_of, positive_int, positive_ints, probability
@@ -139,7 +145,9 @@ class MergeHeads(Module, typecheck=True):
         kkey, bkey = kernel_bias_keys(key, bias_init, use_bias)
         shape = (heads, head_dim, out_features)
         self.kernel = Param(_init_flat(kernel_init, kkey, shape, 2, param_dtype))
-        self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None
+        self.bias = (
+            Param(bias_value(bias_init, bkey, (out_features,), param_dtype)) if use_bias else None
+        )
         self.dtype = dtype
         self.precision = precision
 

@@ -13,7 +13,13 @@ from .._shapecheck import AnyArray, checked
 from .._trace_cache import trace_once
 from .._variables import Param
 from . import _ops_conv as F
-from ._init import Initializer, default_bias_init, default_kernel_init, kernel_bias_keys
+from ._init import (
+    Initializer,
+    bias_value,
+    default_bias_init,
+    default_kernel_init,
+    kernel_bias_keys,
+)
 from ._ops_common import as_tuple, var_value
 from ._ops_conv import PaddingLike
 from ._validate import layer_args, nonempty_output, positive_ints
@@ -174,7 +180,9 @@ class Conv(Module, typecheck=True):
         kkey, bkey = kernel_bias_keys(key, bias_init, use_bias)
         shape = (*size, in_features // feature_group_count, out_features)
         self.kernel = Param(kernel_init(kkey, shape, param_dtype))
-        self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None
+        self.bias = (
+            Param(bias_value(bias_init, bkey, (out_features,), param_dtype)) if use_bias else None
+        )
         self.in_features = in_features
         self.out_features = out_features
         self.kernel_size = size
@@ -334,7 +342,9 @@ class ConvTranspose(Module, typecheck=True):
         kkey, bkey = kernel_bias_keys(key, bias_init, use_bias)
         io = (out_features, in_features) if transpose_kernel else (in_features, out_features)
         self.kernel = Param(kernel_init(kkey, (*size, *io), param_dtype))
-        self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None
+        self.bias = (
+            Param(bias_value(bias_init, bkey, (out_features,), param_dtype)) if use_bias else None
+        )
         self.in_features = in_features
         self.out_features = out_features
         self.kernel_size = size

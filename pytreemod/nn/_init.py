@@ -71,3 +71,12 @@ def filled(shape: tuple[int, ...], value: float, dtype: Any) -> jax.Array:
     equation (a broadcast of one scalar), without ``jax.numpy``'s argument handling, which
     costs as much again in a trace. The norms' parameters and statistics start so."""
     return lax.broadcast_in_dim(np.asarray(value, jax.dtypes.canonicalize_dtype(dtype)), shape, ())
+
+
+def bias_value(bias_init: Initializer, key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """``bias_init(key, shape, dtype)``; for the default ``zeros``, ``filled(shape, 0,
+    dtype)``: the same array and equation, at a third of the trace cost (a layer's bias
+    is made so at every construction under ``jit``/``eval_shape``)."""
+    if bias_init is default_bias_init:
+        return filled(shape, 0, dtype)
+    return bias_init(key, shape, dtype)

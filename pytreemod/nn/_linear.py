@@ -13,7 +13,13 @@ from .._sharding_rules import constrain
 from .._trace_cache import trace_once
 from .._variables import Param
 from . import _ops_linear as F
-from ._init import Initializer, default_bias_init, default_kernel_init, kernel_bias_keys
+from ._init import (
+    Initializer,
+    bias_value,
+    default_bias_init,
+    default_kernel_init,
+    kernel_bias_keys,
+)
 from ._ops_common import var_value
 from ._validate import callable_arg, layer_args, positive_int
 
@@ -76,7 +82,9 @@ class Linear(Module, typecheck=True):
         )
         kkey, bkey = kernel_bias_keys(key, bias_init, use_bias)
         self.kernel = Param(kernel_init(kkey, (in_features, out_features), param_dtype))
-        self.bias = Param(bias_init(bkey, (out_features,), param_dtype)) if use_bias else None
+        self.bias = (
+            Param(bias_value(bias_init, bkey, (out_features,), param_dtype)) if use_bias else None
+        )
         self.in_features = in_features
         self.out_features = out_features
         self.dtype = dtype

@@ -97,6 +97,8 @@ def as_tuple(
 
     if value is None:
         return (1,) * n
+    if type(value) is int and value >= 1:  # the usual case, in one test
+        return (value,) * n
     values = (value,) * n if isinstance(value, (int, np.integer)) else tuple(value)
     if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in values):
         raise LayerConfigError(

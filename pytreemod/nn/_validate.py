@@ -14,6 +14,8 @@ from .._shapecheck import fail, summary
 
 
 def _is_int(value: Any) -> bool:
+    if type(value) is int:  # the usual case, without the protocol lookups below
+        return True
     if isinstance(value, bool):
         return False
     try:
@@ -32,6 +34,8 @@ def integer(layer: str, name: str, value: Any) -> int:
 
 def positive_int(layer: str, name: str, value: Any) -> int:
     """``value`` as an int, which must be ``>= 1``."""
+    if type(value) is int and value >= 1:
+        return value
     if not _is_int(value) or operator.index(value) < 1:
         raise LayerConfigError(
             f"{layer}: {name}={value!r} must be a positive int; pass e.g. {name}=1."
@@ -93,6 +97,11 @@ def dtype_arg(layer: str, name: str, dtype: Any, *, inexact: bool = False) -> An
     if dtype is None:
         return None
     try:
+        if (dtype, inexact) in _GOOD_DTYPES:
+            return dtype
+    except TypeError:  # unhashable: checked below, which rejects it
+        pass
+    try:
         resolved = jnp.dtype(dtype)
     except TypeError:
         resolved = None
@@ -105,7 +114,12 @@ def dtype_arg(layer: str, name: str, dtype: Any, *, inexact: bool = False) -> An
             f"{layer}: {name}={resolved.name} is not a floating dtype: parameters are "
             f"trained by gradients; pass e.g. {name}=jnp.float32."
         )
+    if len(_GOOD_DTYPES) < 256:
+        _GOOD_DTYPES.add((dtype, inexact))
     return dtype
+
+
+_GOOD_DTYPES: set[tuple[Any, bool]] = set()  # dtype arguments that passed, and how
 
 
 def callable_arg(layer: str, name: str, fn: Any, *, optional: bool = False) -> Any:

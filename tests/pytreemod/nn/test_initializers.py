@@ -38,3 +38,32 @@ def test_attention_kernels_accept_full_shape_partitioning() -> None:
     flat = pm.with_partitioning(initializers.lecun_normal(), ("embed", "heads"))
     with pytest.raises(pm.LayerConfigError, match=r"names the axes of the flattened \(4, 4\)"):
         pm.nn.ProjectHeads(4, 2, 2, kernel_init=flat, key=jax.random.key(0))
+
+
+@pytest.mark.parametrize("dtype", [jax.numpy.float32, jax.numpy.bfloat16, "float16"])
+def test_default_bias_is_the_zeros_initializers_array_and_equation(dtype: object) -> None:
+    from pytreemod.nn._init import bias_value
+
+    key = jax.random.key(0)
+    made = bias_value(initializers.default_bias_init, key, (5,), dtype)
+    reference = jax.nn.initializers.zeros(key, (5,), dtype)
+    assert made.dtype == reference.dtype and made.shape == reference.shape
+    assert made.weak_type == reference.weak_type
+    assert bool((made == reference).all())
+    ours = jax.make_jaxpr(lambda k: bias_value(initializers.default_bias_init, k, (5,), dtype))
+    theirs = jax.make_jaxpr(lambda k: jax.nn.initializers.zeros(k, (5,), dtype))
+    assert str(ours(key)) == str(theirs(key))
+
+
+def test_a_custom_bias_initializer_is_called_with_the_bias_key() -> None:
+    from pytreemod.nn._init import bias_value
+
+    seen: list[tuple[object, ...]] = []
+
+    def init(key: jax.Array, shape: tuple[int, ...], dtype: object = None) -> jax.Array:
+        seen.append((key, shape, dtype))
+        return jax.numpy.ones(shape)
+
+    key = jax.random.key(3)
+    assert bias_value(init, key, (2,), jax.numpy.float32).tolist() == [1.0, 1.0]
+    assert seen == [(key, (2,), jax.numpy.float32)]
