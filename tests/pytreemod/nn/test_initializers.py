@@ -1,6 +1,9 @@
 """Initializer defaults (Flax Linen's published ones) and the activation re-exports."""
 
+from typing import Any
+
 import jax
+import numpy as np
 import pytest
 
 import pytreemod as pm
@@ -67,3 +70,56 @@ def test_a_custom_bias_initializer_is_called_with_the_bias_key() -> None:
     key = jax.random.key(3)
     assert bias_value(init, key, (2,), jax.numpy.float32).tolist() == [1.0, 1.0]
     assert seen == [(key, (2,), jax.numpy.float32)]
+
+
+_jax_lecun = jax.nn.initializers.lecun_normal()
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (3, 3, 8, 16), (1, 1, 5, 7), (2, 3, 4, 5, 6)])
+@pytest.mark.parametrize("dtype", [jax.numpy.float32, jax.numpy.bfloat16, "float16"])
+def test_default_kernel_init_is_jax_lecun_normal_bit_for_bit(
+    shape: tuple[int, ...], dtype: object
+) -> None:
+    key = jax.random.key(7)
+    ours = initializers.default_kernel_init(key, shape, dtype)
+    theirs = _jax_lecun(key, shape, dtype)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    assert np.array_equal(np.asarray(ours, np.float32), np.asarray(theirs, np.float32))
+    traced = [
+        jax.make_jaxpr(lambda k, f=f: f(k, shape, dtype))(key)
+        for f in (initializers.default_kernel_init, _jax_lecun)
+    ]
+    assert str(traced[0]) == str(traced[1])  # the same equations on the same constants
+    jitted = [
+        jax.jit(lambda k, f=f: f(k, shape, dtype))(key)
+        for f in (initializers.default_kernel_init, _jax_lecun)
+    ]
+    assert np.array_equal(np.asarray(jitted[0], np.float32), np.asarray(jitted[1], np.float32))
+
+
+def test_default_kernel_init_on_an_explicit_mesh_traces_as_jax() -> None:
+    mesh = jax.make_mesh(
+        (2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2
+    )
+    key = jax.random.key(0)
+    with jax.set_mesh(mesh):
+        traced = [
+            jax.make_jaxpr(lambda k, f=f: f(k, (8, 16), jax.numpy.float32))(key)
+            for f in (initializers.default_kernel_init, _jax_lecun)
+        ]
+    assert str(traced[0]) == str(traced[1])
+
+
+def test_default_kernel_init_leaves_other_calls_to_jax() -> None:
+    key = jax.random.key(1)
+    init: Any = initializers.default_kernel_init  # JAX's signature, out_sharding too
+    same = lambda a, b: np.array_equal(np.asarray(a), np.asarray(b))
+    assert same(init(key, (3, 4)), _jax_lecun(key, (3, 4)))  # no dtype: JAX's default
+    assert same(init(key, [3, 4], "float32"), _jax_lecun(key, [3, 4], "float32"))
+    assert same(
+        init(key, (3, 4), jax.numpy.complex64), _jax_lecun(key, (3, 4), jax.numpy.complex64)
+    )
+    assert same(
+        init(key, (3, 4), jax.numpy.float32, out_sharding=None),
+        _jax_lecun(key, (3, 4), jax.numpy.float32, out_sharding=None),
+    )
