@@ -127,6 +127,7 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("param-dtype-bool", lambda: nn.Embedding(5, 4, param_dtype=bool, key=KEY), r"param_dtype"),
     ("param-dtype-junk", lambda: nn.Conv2d(3, 4, 3, param_dtype="junk", key=KEY), r"not a dtype"),
     ("dtype-junk", lambda: nn.Linear(3, 4, dtype="foo", key=KEY), r"dtype='foo' is not a dtype"),
+    ("dtype-unhashable", lambda: nn.Linear(3, 4, dtype=["f4"], key=KEY), r"\['f4'\] is not a dt"),
     ("norm-dtype-junk", lambda: nn.LayerNorm(4, dtype="foo"), r"LayerNorm: dtype='foo'"),
     ("norm-param-int", lambda: nn.BatchNorm(4, param_dtype=jnp.int8), r"BatchNorm: param_dty"),
     ("cell-param-int", lambda: nn.GRUCell(3, 4, param_dtype=jnp.int32, key=KEY), r"GRUCell"),
@@ -200,3 +201,11 @@ def test_valid_edge_values_still_build() -> None:
     assert nn.Linear(3, 4, key=raw_key).kernel.value.shape == (3, 4)
     stacked = pm.vmap(lambda k: nn.Linear(3, 4, key=k))(jax.random.split(KEY, 3))
     assert stacked.kernel.value.shape == (3, 3, 4)
+
+
+def test_a_dtype_accepted_for_activations_is_still_checked_as_a_parameter_dtype() -> None:
+    # dtype checks remember what passed, keyed by the check made: int32 passes as `dtype`
+    # (no floating requirement) and must still fail as `param_dtype`.
+    nn.Linear(3, 4, dtype=jnp.int32, key=KEY)
+    with pytest.raises(pm.LayerConfigError, match=r"Linear: param_dtype=int32 is not a float"):
+        nn.Linear(3, 4, param_dtype=jnp.int32, key=KEY)

@@ -14,7 +14,7 @@ from .._sharding_rules import constrain
 from .._trace_cache import trace_once
 from .._variables import BatchStat, Param
 from . import _ops_norm as F
-from ._init import Initializer, filled
+from ._init import Initializer, bias_value, filled
 from ._ops_common import canonicalize_axes, var_value
 from ._validate import callable_arg, dtype_arg, number, positive_int, prng_key, probability
 
@@ -64,7 +64,7 @@ def _init_params(
         return scale, bias
     skey, bkey = jax.random.split(key)
     scale = Param(scale_init(skey, shape, param_dtype)) if use_scale else None
-    bias = Param(bias_init(bkey, shape, param_dtype)) if use_bias else None
+    bias = Param(bias_value(bias_init, bkey, shape, param_dtype)) if use_bias else None
     return scale, bias
 
 
