@@ -1,76 +1,88 @@
-"""adapters.nnx: a subset of ``flax.nnx`` over plain Python objects, built on pytreemod.
+"""adapters.nnx: ``flax.nnx`` rebuilt on pytreemod.
 
-Supported: ``Rngs``/``RngStream``; ``Variable``, ``Param``, ``BatchStat``, ``Cache``,
-``Intermediate`` (``pm.Variable`` subclasses: ``nnx.Param`` is a ``pm.Param``); ``Module``,
-``List``, ``Dict``, ``data``; the graph functions ``split``, ``merge``, ``state``, ``update``,
-``graphdef``, ``clone``, ``iter_graph``, ``eval_shape``; ``State`` with ``to_pure_dict``,
-``replace_by_pure_dict``, ``restore_int_paths``, ``to_flat_state``, ``split_state``,
-``filter_state``, ``merge_state``; pytreemod's filters (a string is a collection) plus
-``WithTag`` and ``PathContains(exact=)``; layers ``Linear``, ``Sequential``, ``Dropout``,
-``LayerNorm``, ``BatchNorm``, ``Embed``; ``initializers``. Any other name raises an
-``AttributeError`` listing ``SUPPORTED``. See docs/nnx.md.
+Code written against ``flax.nnx`` (Flax 0.12.8) runs after changing ``flax`` to
+``adapters`` in its imports. NNX Variables are pytreemod Variables in the same collections,
+NNX filters are pytreemod's filter language, the layers' math is ``pytreemod.nn.functional``
+and NNX's transforms are pytreemod transforms plus the split/merge of the object graph.
+See docs/nnx.md.
+
+The module layout is Flax's (``graphlib``, ``variablelib``, ``statelib``, ``rnglib``,
+``nn.linear``...), so code that imports those submodules finds them here.
 """
+# Each section below re-exports one area's public names; the areas are the submodules.
 
-from typing import Any as _Any
+# --- filters (filterlib) ---
+from .filterlib import All as All
+from .filterlib import Any as Any
+from .filterlib import Everything as Everything
+from .filterlib import Not as Not
+from .filterlib import Nothing as Nothing
+from .filterlib import OfType as OfType
+from .filterlib import PathContains as PathContains
+from .filterlib import WithTag as WithTag
 
-from pytreemod import All as All
-from pytreemod import Any as Any
-from pytreemod import Everything as Everything
-from pytreemod import Not as Not
-from pytreemod import Nothing as Nothing
-from pytreemod import OfType as OfType
+# --- variables (variablelib) ---
+from .variablelib import BatchStat as BatchStat
+from .variablelib import Cache as Cache
+from .variablelib import Intermediate as Intermediate
+from .variablelib import Param as Param
+from .variablelib import Variable as Variable
 
-from . import initializers as initializers
-from ._filters import PathContains as PathContains
-from ._filters import WithTag as WithTag
-from ._graph import GraphDef as GraphDef
-from ._graph import clone as clone
-from ._graph import graphdef as graphdef
-from ._graph import iter_graph as iter_graph
-from ._graph import merge as merge
-from ._graph import split as split
-from ._graph import state as state
-from ._graph import update as update
-from ._layers import Dropout as Dropout
-from ._layers import Embed as Embed
-from ._layers import Linear as Linear
-from ._layers import Sequential as Sequential
-from ._module import Dict as Dict
-from ._module import List as List
-from ._module import Module as Module
-from ._module import data as data
-from ._normalization import BatchNorm as BatchNorm
-from ._normalization import LayerNorm as LayerNorm
-from ._rngs import Rngs as Rngs
-from ._rngs import RngStream as RngStream
-from ._state import State as State
-from ._state import filter_state as filter_state
-from ._state import merge_state as merge_state
-from ._state import replace_by_pure_dict as replace_by_pure_dict
-from ._state import restore_int_paths as restore_int_paths
-from ._state import split_state as split_state
-from ._state import to_flat_state as to_flat_state
-from ._state import to_pure_dict as to_pure_dict
-from ._transforms import eval_shape as eval_shape
-from ._variables import BatchStat as BatchStat
-from ._variables import Cache as Cache
-from ._variables import Intermediate as Intermediate
-from ._variables import Param as Param
-from ._variables import RngCount as RngCount
-from ._variables import RngKey as RngKey
-from ._variables import RngState as RngState
-from ._variables import Variable as Variable
+# --- state (statelib) ---
+from .statelib import State as State
+from .statelib import filter_state as filter_state
+from .statelib import merge_state as merge_state
+from .statelib import replace_by_pure_dict as replace_by_pure_dict
+from .statelib import restore_int_paths as restore_int_paths
+from .statelib import split_state as split_state
+from .statelib import to_flat_state as to_flat_state
+from .statelib import to_pure_dict as to_pure_dict
 
-SUPPORTED: tuple[str, ...] = tuple(
-    sorted(name for name in dir() if not name.startswith("_") and name != "SUPPORTED")
-)
-"""The names this subset of ``flax.nnx`` provides."""
+# --- graph (graphlib) ---
+from .graphlib import GraphDef as GraphDef
+from .graphlib import clone as clone
+from .graphlib import graphdef as graphdef
+from .graphlib import iter_graph as iter_graph
+from .graphlib import merge as merge
+from .graphlib import split as split
+from .graphlib import state as state
+from .graphlib import update as update
 
+# --- objects and modules (pytreelib, module, helpers) ---
+from .module import Dict as Dict
+from .module import List as List
+from .module import Module as Module
+from .module import data as data
 
-def __getattr__(name: str) -> _Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise AttributeError(
-        f"adapters.nnx implements a subset of flax.nnx ({', '.join(SUPPORTED)}); "
-        f"`{name}` is not available"
-    )
+# --- randomness (rnglib) ---
+from .rnglib import Rngs as Rngs
+from .rnglib import RngStream as RngStream
+from .variablelib import RngCount as RngCount
+from .variablelib import RngKey as RngKey
+from .variablelib import RngState as RngState
+
+# --- sharding (spmd) ---
+
+# --- transforms (extract, transforms/) ---
+from .transforms.transforms import eval_shape as eval_shape
+
+# --- layers (nn/) ---
+from .nn import initializers as initializers
+from .nn.linear import Dropout as Dropout
+from .nn.linear import Embed as Embed
+from .nn.linear import Linear as Linear
+from .nn.linear import Sequential as Sequential
+from .nn.normalization import BatchNorm as BatchNorm
+from .nn.normalization import LayerNorm as LayerNorm
+
+# --- training (training/) ---
+
+# --- summary, display ---
+
+# --- bridge, compat ---
+
+# --- submodules reachable as attributes (nnx.graphlib, nnx.variablelib, ...) ---
+from . import filterlib as filterlib
+from . import graphlib as graphlib
+from . import statelib as statelib
+from . import variablelib as variablelib

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ._graph import GraphNode, iter_graph
-from ._variables import Variable
+from .graphlib import GraphNode, iter_graph
+from .variablelib import Variable
 
 T = TypeVar("T")
 

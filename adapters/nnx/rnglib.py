@@ -6,8 +6,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from ._module import Module
-from ._variables import RngCount, RngKey
+from .module import Module
+from .variablelib import RngCount, RngKey
 
 RngValue = int | jax.Array
 _Sampler = Callable[..., jax.Array]

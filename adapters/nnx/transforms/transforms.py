@@ -5,8 +5,8 @@ from typing import Any, TypeVar
 
 import jax
 
-from ._graph import merge, split
-from ._state import State
+from ..graphlib import merge, split
+from ..statelib import State
 
 T = TypeVar("T")
 

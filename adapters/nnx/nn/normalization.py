@@ -8,9 +8,9 @@ import jax.numpy as jnp
 
 from pytreemod.nn import functional as F
 
-from ._module import Module
-from ._rngs import Rngs
-from ._variables import BatchStat, Param
+from ..module import Module
+from ..rnglib import Rngs
+from ..variablelib import BatchStat, Param
 
 Initializer = Callable[..., jax.Array]
 

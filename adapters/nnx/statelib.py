@@ -7,7 +7,7 @@ import jax
 
 import pytreemod as pm
 
-from ._variables import Variable, _unwrap
+from .variablelib import Variable, _unwrap
 
 Path = tuple[Any, ...]
 """A path of attribute names (str) and list indices (int)."""

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 
 from pytreemod.nn import functional as F
 
-from ._module import List, Module
-from ._rngs import Rngs, RngStream
-from ._variables import Param
+from ..module import List, Module
+from ..rnglib import Rngs, RngStream
+from ..variablelib import Param
 
 Initializer = Callable[..., jax.Array]
 

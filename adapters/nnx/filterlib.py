@@ -6,11 +6,17 @@ language of its own.
 """
 
 import dataclasses
-from typing import Any
+from typing import Any as _Any
 
 import pytreemod as pm
+from pytreemod import All as All
+from pytreemod import Any as Any
+from pytreemod import Everything as Everything
+from pytreemod import Not as Not
+from pytreemod import Nothing as Nothing
+from pytreemod import OfType as OfType
 
-from ._variables import Variable
+from .variablelib import Variable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +25,7 @@ class WithTag(pm.Filter):
 
     tag: str
 
-    def __call__(self, path: tuple[Any, ...], value: Any) -> bool:
+    def __call__(self, path: tuple[_Any, ...], value: _Any) -> bool:
         return isinstance(value, Variable) and value.get_metadata("tag", None) == self.tag
 
 
@@ -30,7 +36,7 @@ class PathContains(pm.PathContains):
 
     exact: bool = True
 
-    def __call__(self, path: tuple[Any, ...], value: Any) -> bool:
+    def __call__(self, path: tuple[_Any, ...], value: _Any) -> bool:
         if self.exact:
             return self.key in path
         return any(str(self.key) in str(part) for part in path)

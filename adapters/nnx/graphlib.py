@@ -13,8 +13,8 @@ import numpy as np
 
 import pytreemod as pm
 
-from ._state import Path, State, filter_state, flatten_mapping, merge_state, split_state
-from ._variables import Variable
+from .statelib import Path, State, filter_state, flatten_mapping, merge_state, split_state
+from .variablelib import Variable
 
 _CONTAINERS = (list, tuple, dict)
 

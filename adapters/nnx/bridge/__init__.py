@@ -1,0 +1,1 @@
+"""flax.nnx.bridge (being written)."""

@@ -1,0 +1,1 @@
+"""flax.nnx.compat (being written)."""

@@ -1,0 +1,1 @@
+"""flax.nnx.extract (being written)."""

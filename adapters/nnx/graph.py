@@ -1,0 +1,1 @@
+"""flax.nnx.graph (being written)."""

@@ -1,0 +1,1 @@
+"""flax.nnx.helpers (being written)."""

@@ -1,0 +1,1 @@
+"""flax.nnx.ids (being written)."""

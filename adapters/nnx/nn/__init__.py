@@ -1,0 +1,1 @@
+"""``flax.nnx.nn``: NNX's layers, activations and initializers."""

@@ -1,0 +1,1 @@
+"""flax.nnx.pytreelib (being written)."""

@@ -1,0 +1,1 @@
+"""flax.nnx.reprlib (being written)."""

@@ -1,0 +1,1 @@
+"""flax.nnx.spmd (being written)."""

@@ -1,0 +1,1 @@
+"""flax.nnx.summary (being written)."""

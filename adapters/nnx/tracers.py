@@ -1,0 +1,1 @@
+"""flax.nnx.tracers (being written)."""

@@ -1,0 +1,1 @@
+"""``flax.nnx.training``: optimizer, metrics and EMA for NNX models."""

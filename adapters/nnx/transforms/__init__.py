@@ -1,0 +1,1 @@
+"""``flax.nnx.transforms``: NNX's JAX-style transforms over object graphs."""

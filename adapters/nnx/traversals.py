@@ -1,0 +1,1 @@
+"""flax.nnx.traversals (being written)."""

@@ -1,0 +1,1 @@
+"""flax.nnx.visualization (being written)."""
