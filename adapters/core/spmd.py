@@ -4,8 +4,12 @@ The rules (``(logical_name, mesh_axes)`` pairs) are pytreemod's thread-local set
 ``adapters.linen`` and pytreemod see the same ones.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import jax
+from jax.experimental.layout import Format
+from jax.sharding import NamedSharding, PartitionSpec
 
 from pytreemod import get_logical_axis_rules as get_logical_axis_rules
 from pytreemod import logical_axis_rules as logical_axis_rules
@@ -38,10 +42,76 @@ def from_sharding_rules(sharding: Sequence[Any], sharding_rules: LogicalRules) -
     return tuple(rules[str(s)] if s and str(s) in rules else s for s in sharding)
 
 
+def _map_sharding(f: Callable[[Any], Any], sharding: Any) -> Any:
+    """``sharding`` (names, ``PartitionSpec``, ``NamedSharding`` or ``Format``) with ``f``
+    applied to each entry of its spec."""
+    if isinstance(sharding, PartitionSpec | tuple):
+        return PartitionSpec(*map(f, sharding))
+    if isinstance(sharding, NamedSharding):
+        return NamedSharding(sharding.mesh, _map_sharding(f, sharding.spec))
+    if isinstance(sharding, Format):
+        return Format(sharding.layout, _map_sharding(f, sharding.sharding))
+    return None
+
+
+def _sharding_mesh(sharding: Any) -> Any:
+    if isinstance(sharding, NamedSharding):
+        return sharding.mesh
+    if isinstance(sharding, Format):
+        return _sharding_mesh(sharding.sharding)
+    return None
+
+
+def apply_rules(sharding: Any, sharding_rules: LogicalRules | None) -> Any:
+    """``sharding`` with each name renamed by the active rules plus ``sharding_rules``
+    (names without a rule are kept: they are mesh axis names)."""
+    context = get_logical_axis_rules()
+    rules = (
+        dict(composite_rules(context, sharding_rules or ())) if context or sharding_rules else {}
+    )
+    return _map_sharding(lambda name: rules.get(name, name), sharding)
+
+
+def shard_value(
+    value: Any, out_sharding: Any, sharding_rules: LogicalRules | None, mesh: Any
+) -> Any:
+    """``value`` placed by ``out_sharding`` (renamed by the rules) on ``mesh``, the
+    sharding's own mesh or the one set with ``jax.set_mesh``: a ``reshard`` on Explicit
+    axes, a sharding constraint on Auto ones (NNX's eager sharding of Variables)."""
+    if not out_sharding:
+        return value
+    if mesh is None:
+        abstract = jax.sharding.get_abstract_mesh()
+        mesh = None if abstract.empty else abstract
+    out_sharding = apply_rules(out_sharding, sharding_rules)
+    mesh = _sharding_mesh(out_sharding) or mesh
+    if mesh is None:
+        raise ValueError(
+            "An auto mesh context or metadata is required if creating a variable"
+            f" with annotation {out_sharding=}. "
+            "For more guidance, see "
+            "https://flax.readthedocs.io/en/latest/flip/4844-var-eager-sharding.html."
+        )
+    if isinstance(out_sharding, PartitionSpec):
+        out_sharding = NamedSharding(mesh, out_sharding)
+    if isinstance(out_sharding, Format):
+        return jax.lax.with_sharding_constraint(value, out_sharding)
+    if mesh.are_all_axes_explicit:
+        return jax.sharding.reshard(value, out_sharding)
+    if mesh.are_all_axes_auto:
+        return jax.lax.with_sharding_constraint(value, out_sharding)
+    raise ValueError(
+        "Mesh must have all axes as Explicit or all axes as Auto. "
+        f"Got mixed axis types: {mesh.axis_types}"
+    )
+
+
 __all__ = [
+    "apply_rules",
     "composite_rules",
     "from_sharding_rules",
     "get_logical_axis_rules",
     "logical_axis_rules",
     "set_logical_axis_rules",
+    "shard_value",
 ]

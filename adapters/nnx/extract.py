@@ -1,1 +1,764 @@
-"""flax.nnx.extract (being written)."""
+"""``flax.nnx.extract``: moving object graphs across a JAX transform boundary.
+
+Every NNX transform runs the same three steps around a JAX (or pytreemod) transform:
+
+1. **lower** (outside): the graph nodes and Variables among the arguments are split
+   *jointly* with ``graphlib.split`` (so a Variable reachable from two arguments is one
+   value) and each is replaced by a ``NodeSlot``: a pytree whose leaves are that node's
+   Variables and whose static part records where they go (``SlotInfo``).
+2. **raise** (inside): the slots are merged back into fresh objects (``graphlib.merge``),
+   the user function runs on them, and its changes are lowered again: the raw values of
+   the Variables it changed (``Updates``), and, where the structure of an input changed
+   or an output refers to an input in graph-update mode, the whole joint state (``Joint``).
+3. **finish** (outside): the changed values are written into the caller's Variables, a
+   changed structure is grafted onto the caller's objects, and output nodes are rebuilt.
+
+Modes (Flax's): ``graph=True, graph_updates=True`` propagates every change, structural
+ones included, and an output that is an input is the caller's object; ``graph_updates=False``
+propagates Variable values only and refuses Variables returned from the transform;
+``graph=False`` (tree mode) also refuses a Variable reachable twice in the inputs.
+"""
+
+import dataclasses
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+import pytreemod as pm
+
+from . import graphlib
+from .statelib import State, to_flat_state
+from .variablelib import Variable
+
+KeyPath = tuple[Any, ...]
+PathParts = tuple[Any, ...]
+_BUILTIN_CONTAINERS = (list, tuple, dict)
+
+
+class _MissingType:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+Missing: Any = _MissingType()
+
+
+def is_node_leaf(x: Any) -> bool:
+    """Whether ``x`` is lowered by a transform: a Variable or a graph node (a Module,
+    ``nnx.List``...), not a plain list, tuple or dict (those are traversed as pytrees)."""
+    return isinstance(x, Variable) or (
+        type(x) not in _BUILTIN_CONTAINERS and graphlib.is_graph_node(x)
+    )
+
+
+def resolve_modes(graph: bool | None, graph_updates: bool | None) -> tuple[bool, bool]:
+    """``graph``/``graph_updates`` with ``None`` read from ``set_graph_mode``/
+    ``set_graph_updates`` (both on by default, as in Flax)."""
+    if graph is None:
+        flag = getattr(graphlib, "set_graph_mode", None)
+        graph = True if flag is None else bool(flag.current_value())
+    if graph_updates is None:
+        flag = getattr(graphlib, "set_graph_updates", None)
+        graph_updates = True if flag is None else bool(flag.current_value())
+    return graph, graph and graph_updates
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _keystr(path: Any) -> str:
+    return jax.tree_util.keystr(tuple(path))
+
+
+def alias_error(fn_name: str, leaf: Any, first: str, second: str) -> ValueError:
+    """Flax's error for a Variable reachable twice where aliasing is not supported."""
+    return ValueError(
+        f"Duplicate {leaf}\nfound at paths:\n\n  - {first}\n  - {second}\n\n"
+        f"nnx.{fn_name} with graph_updates=False does not support Variable aliasing "
+        "(duplicate inputs, duplicate outputs, or input Variables returned as outputs). "
+        "Consider the following options:\n\n"
+        "1. Remove the duplicate Variables.\n"
+        "2. Create new Variables via nnx.clone() and use those instead.\n"
+        "3. Enable graph mode and graph updates by passing graph=True and "
+        f"graph_updates=True to {fn_name}\n\n"
+        f"  nnx.{fn_name}(..., graph=True, graph_updates=True)\n\n"
+        f"4. Use nnx.compat.{fn_name} (sets graph and graph_updates to True "
+        f"automatically)\n\n  nnx.compat.{fn_name}(...)"
+    )
+
+
+def check_no_aliases(fn_name: str, /, *, check: Iterable[str] = (), **trees: Any) -> None:
+    """Raise Flax's aliasing error if a Variable occurs twice among ``trees``' leaves."""
+    seen: dict[int, str] = {}
+    for name, tree in trees.items():
+        for path, leaf in _variables_with_paths(tree):
+            where = f".{name}{_keystr(path)}"
+            if id(leaf) in seen:
+                raise alias_error(fn_name, leaf, seen[id(leaf)], where)
+            seen[id(leaf)] = where
+
+
+def _variables_with_paths(tree: Any) -> list[tuple[KeyPath, Variable]]:
+    out: list[tuple[KeyPath, Variable]] = []
+    leaves = jax.tree_util.tree_leaves_with_path(tree, is_leaf=is_node_leaf)
+    for path, leaf in leaves:
+        if isinstance(leaf, Variable):
+            out.append((path, leaf))
+        elif is_node_leaf(leaf):
+            for sub, value in graphlib.iter_graph(leaf):
+                if isinstance(value, Variable):
+                    keys = tuple(jax.tree_util.DictKey(k) for k in sub)
+                    out.append(((*path, *keys), value))
+    return out
+
+
+class PrefixMapping:
+    """A lift type that gives each Variable of a node its own prefix (``StateSharding``,
+    ``StateAxes``): ``map_prefix(path, variable)``."""
+
+    def map_prefix(self, path: PathParts, variable: Variable) -> Any:
+        raise NotImplementedError
+
+
+def check_consistent_aliasing(
+    node: Any,
+    prefix: Any,
+    /,
+    *,
+    node_prefixes: dict[int, list[tuple[PathParts, Any]]] | None = None,
+) -> None:
+    """Raise Flax's error if a Variable reachable from ``node`` (and from the nodes seen
+    before, recorded in ``node_prefixes``) is given two different prefixes."""
+    if node_prefixes is None:
+        node_prefixes = {}
+    variables: dict[int, Variable] = {}
+    for path, value in graphlib.iter_graph(node):
+        if isinstance(value, Variable):
+            p = prefix.map_prefix(path, value) if isinstance(prefix, PrefixMapping) else prefix
+            variables[id(value)] = value
+            node_prefixes.setdefault(id(value), []).append((path, p))
+    messages = []
+    for node_id, entries in node_prefixes.items():
+        if len({_hashable(p) for _, p in entries}) > 1:
+            lines = "\n".join(
+                f"  {'/'.join(map(str, path)) if path else '<root>'}: {p}" for path, p in entries
+            )
+            name = (
+                type(variables[node_id]).__name__ if node_id in variables else f"Node ID: {node_id}"
+            )
+            messages.append(f"Node: {name}\n{lines}")
+    if messages:
+        raise ValueError(
+            "Inconsistent aliasing detected. The following nodes have different prefixes:\n"
+            + "\n".join(messages)
+        )
+
+
+def _hashable(x: Any) -> Any:
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return id(x)
+
+
+# --------------------------------------------------------------------------- slots
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SlotInfo:
+    """The static part of one lowered node: its index among the call's nodes, the state
+    paths of its Variables (per group), the joint GraphDef (first slot only), and whether
+    all its Variables come back (donated)."""
+
+    index: int
+    paths: tuple[tuple[PathParts, ...], ...]
+    graphdef: Any
+    keep_all: bool = False
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.index, self.paths, self.graphdef, self.keep_all)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SlotInfo) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class NodeSlot:
+    """A lowered graph node: ``groups`` (one tuple of Variables per filter group) are the
+    pytree children; ``info`` and ``meta`` (the prefix that split it) are static.
+
+    As a prefix (shardings, axes), a slot has no info; its first child is then ``head``
+    (None: it broadcasts over the info's empty subtree)."""
+
+    __slots__ = ("groups", "head", "info", "meta")
+
+    def __init__(
+        self, info: Any, groups: tuple[Any, ...], meta: Any = None, head: Any = None
+    ) -> None:
+        self.info = info
+        self.groups = groups
+        self.meta = meta
+        self.head = head
+
+    def __repr__(self) -> str:
+        return f"NodeSlot(index={getattr(self.info, 'index', None)}, groups={self.groups!r})"
+
+
+def _slot_flatten(s: NodeSlot) -> tuple[tuple[Any, ...], Any]:
+    return (s.head if s.info is None else _Static(s.info), s.groups), s.meta
+
+
+def _slot_unflatten(meta: Any, children: Any) -> NodeSlot:
+    first, groups = children
+    if isinstance(first, _Static):
+        return NodeSlot(first.value, groups, meta)
+    return NodeSlot(None, groups, meta, head=first)
+
+
+class _Static:
+    """A pytree with no leaves whose aux data is ``value`` (hashed into jit's cache key)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+jax.tree_util.register_pytree_node(
+    _Static, lambda s: ((), s.value), lambda value, _: _Static(value)
+)
+jax.tree_util.register_pytree_node(NodeSlot, _slot_flatten, _slot_unflatten)
+
+
+def is_slot(x: Any) -> bool:
+    return isinstance(x, NodeSlot)
+
+
+@dataclasses.dataclass
+class Lowered:
+    """The outside half of one transformed call (see the module docstring)."""
+
+    nodes: tuple[Any, ...]
+    leaves: list[Any]  # the joint state's leaves, in flat order (the caller's Variables)
+    graph: bool
+    graph_updates: bool
+    name: str
+
+    def finish(self, updates: "Updates", out: Any) -> Any:
+        """Write ``updates`` into the caller's objects and rebuild ``out``'s nodes."""
+        joint = updates.joint
+        if joint is not None:
+            fresh_in, fresh_out = _merge_joint(joint)
+            mapping = graft(fresh_in, self.nodes)
+            outs = [_remap(x, mapping) for x in fresh_out]
+            return _fill_out(out, outs)
+        for i, value in zip(updates.indices, updates.values):
+            target = self.leaves[i]
+            if isinstance(target, Variable):
+                target.set_raw_value(value)
+        if updates.raw_paths:
+            graphlib.update(
+                self.nodes,
+                State.from_flat_path(dict(zip(updates.raw_paths, updates.raw_values))),
+            )
+        return raise_outputs(out)
+
+
+def lower(
+    tree: Any,
+    *,
+    graph: bool,
+    graph_updates: bool,
+    name: str,
+    group: Callable[[KeyPath, PathParts, Any], int] | None = None,
+    n_groups: Callable[[KeyPath], int] | None = None,
+    keep_all: Callable[[KeyPath], bool] | None = None,
+    meta: Callable[[KeyPath], Any] | None = None,
+) -> tuple[Any, Lowered]:
+    """Replace each graph node / Variable in ``tree`` by a ``NodeSlot``.
+
+    The callbacks get the node's key path in ``tree``: ``group(keypath, path, leaf)`` puts
+    a leaf in one of ``n_groups(keypath)`` groups (filters: ``DiffState``,
+    ``StateSharding``); ``keep_all(keypath)`` marks a node whose Variables all come back
+    (donation); ``meta(keypath)`` is the slot's static prefix.
+    """
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_node_leaf)
+    where = [i for i, (_, x) in enumerate(flat) if is_node_leaf(x)]
+    nodes = tuple(flat[i][1] for i in where)
+    if not nodes:
+        return tree, Lowered((), [], graph, graph_updates, name)
+    if not graph:
+        check_no_aliases(name, args=[flat[i][1] for i in where])
+    graphdef, state = graphlib.split(nodes)
+    joint = list(to_flat_state(state))
+    per_node: list[list[tuple[int, PathParts, Any]]] = [[] for _ in nodes]
+    for j, (path, leaf) in enumerate(joint):
+        per_node[path[0]].append((j, path[1:], leaf))
+    leaves = [leaf for _, leaf in joint]
+    out_leaves = [x for _, x in flat]
+    for k, i in enumerate(where):
+        keypath = flat[i][0]
+        count = n_groups(keypath) if n_groups else 1
+        buckets: list[list[Any]] = [[] for _ in range(count)]
+        paths: list[list[PathParts]] = [[] for _ in range(count)]
+        for _, path, leaf in per_node[k]:
+            g = group(keypath, path, leaf) if group else 0
+            buckets[g].append(leaf)
+            paths[g].append(path)
+        info = SlotInfo(
+            k,
+            tuple(tuple(p) for p in paths),
+            graphdef if k == 0 else None,
+            bool(keep_all(keypath)) if keep_all else False,
+        )
+        slot_meta = meta(keypath) if meta else None
+        out_leaves[i] = NodeSlot(info, tuple(tuple(b) for b in buckets), slot_meta)
+    lowered = Lowered(nodes, leaves, graph, graph_updates, name)
+    return jax.tree_util.tree_unflatten(treedef, out_leaves), lowered
+
+
+def _raw(x: Any) -> Any:
+    return x.get_raw_value() if isinstance(x, Variable) else x
+
+
+@dataclasses.dataclass
+class Raised:
+    """The inside half of one transformed call: the rebuilt nodes and what they held."""
+
+    nodes: tuple[Any, ...]
+    graphdef: Any
+    entry: list[tuple[PathParts, Any]]
+    entry_raw: list[Any]
+    keep: frozenset[int]
+    graph: bool
+    graph_updates: bool
+    name: str
+
+    def lower_outputs(self, out: Any) -> tuple["Updates", Any]:
+        """The Variables' changes and ``out`` with its nodes lowered (see ``Lowered``)."""
+        changed: list[int] = []
+        values: list[Any] = []
+        for j, ((_, leaf), before) in enumerate(zip(self.entry, self.entry_raw)):
+            if isinstance(leaf, Variable):
+                now = leaf.get_raw_value()
+                if now is not before or j in self.keep:
+                    changed.append(j)
+                    values.append(now)
+        structural = False
+        if self.graph_updates and self.nodes:
+            graphdef, state = graphlib.split(self.nodes)
+            after = list(to_flat_state(state))
+            structural = graphdef != self.graphdef or len(after) != len(self.entry)
+            if not structural:
+                structural = any(a[1] is not b[1] for a, b in zip(after, self.entry))
+        out_nodes, aliased = _output_nodes(self, out)
+        if structural or aliased:
+            graphdef, state = graphlib.split((self.nodes, tuple(out_nodes)))
+            flat = list(to_flat_state(state))
+            joint = Joint(_Static((graphdef, tuple(p for p, _ in flat))), [v for _, v in flat])
+            return Updates((), [], joint=joint), _mark_out(out)
+        return Updates(tuple(changed), values), lower_outputs(out)
+
+
+def _output_nodes(raised: Raised, out: Any) -> tuple[list[Any], bool]:
+    out_nodes = [x for x in jax.tree_util.tree_leaves(out, is_leaf=is_node_leaf) if is_node_leaf(x)]
+    if not out_nodes:
+        return out_nodes, False
+    inside = {
+        id(v): p
+        for p, v in graphlib.iter_graph(raised.nodes)
+        if isinstance(v, Variable) or is_node_leaf(v)
+    }
+    for k, node in enumerate(out_nodes):
+        for path, value in graphlib.iter_graph(node):
+            if id(value) in inside and (isinstance(value, Variable) or is_node_leaf(value)):
+                if raised.graph_updates:
+                    return out_nodes, True
+                if isinstance(value, Variable):
+                    first = f".args{_keystr(_dict_keys(inside[id(value)]))}"
+                    second = f".out[{k}]{_keystr(_dict_keys(path))}"
+                    raise alias_error(raised.name, value, first, second)
+    return out_nodes, False
+
+
+def _dict_keys(path: PathParts) -> tuple[Any, ...]:
+    return tuple(jax.tree_util.DictKey(k) for k in path)
+
+
+def raise_inputs(
+    pure: Any, *, graph: bool, graph_updates: bool, name: str
+) -> tuple[Any, Raised]:
+    """Rebuild the nodes of a lowered tree (inside the transform)."""
+    flat, treedef = jax.tree_util.tree_flatten(pure, is_leaf=is_slot)
+    slots = [(i, x) for i, x in enumerate(flat) if isinstance(x, NodeSlot)]
+    if not slots:
+        return pure, Raised((), None, [], [], frozenset(), graph, graph_updates, name)
+    graphdef = slots[0][1].info.graphdef
+    joint: dict[PathParts, Any] = {}
+    keep_paths: set[PathParts] = set()
+    for _, slot in slots:
+        info = slot.info
+        # Fresh Variables at this trace level (a non-differentiated argument of jax.grad,
+        # a closed-over one, is the caller's own object).
+        groups = jax.tree.map(lambda x: x, slot.groups)
+        for paths, values in zip(info.paths, groups):
+            for path, value in zip(paths, values):
+                joint[(info.index, *path)] = value
+                if info.keep_all:
+                    keep_paths.add((info.index, *path))
+    nodes = graphlib.merge(graphdef, State.from_flat_path(joint))
+    _, entry_state = graphlib.split(nodes)
+    entry = list(to_flat_state(entry_state))
+    keep = frozenset(j for j, (p, _) in enumerate(entry) if p in keep_paths)
+    for (i, _), node in zip(slots, nodes):
+        flat[i] = node
+    raised = Raised(
+        tuple(nodes), graphdef, entry, [_raw(v) for _, v in entry], keep, graph, graph_updates, name
+    )
+    return jax.tree_util.tree_unflatten(treedef, flat), raised
+
+
+class Updates:
+    """What a transformed function changed: raw values of the changed Variables (by index
+    in the joint state), or the whole ``Joint`` state when the structure changed."""
+
+    __slots__ = ("indices", "joint", "raw_paths", "raw_values", "values")
+
+    def __init__(
+        self,
+        indices: tuple[int, ...],
+        values: list[Any],
+        *,
+        joint: "Joint | None" = None,
+        raw_paths: tuple[PathParts, ...] = (),
+        raw_values: list[Any] | None = None,
+    ) -> None:
+        self.indices = indices
+        self.values = values
+        self.joint = joint
+        self.raw_paths = raw_paths
+        self.raw_values = raw_values or []
+
+
+jax.tree_util.register_pytree_node(
+    Updates,
+    lambda u: ((u.values, u.joint, u.raw_values), (u.indices, u.raw_paths)),
+    lambda aux, ch: Updates(aux[0], ch[0], joint=ch[1], raw_paths=aux[1], raw_values=ch[2]),
+)
+
+
+class Joint:
+    """The joint state of the inputs and outputs (static GraphDef and paths, leaves)."""
+
+    __slots__ = ("info", "leaves")
+
+    def __init__(self, info: _Static, leaves: list[Any]) -> None:
+        self.info = info
+        self.leaves = leaves
+
+
+jax.tree_util.register_pytree_node(
+    Joint, lambda j: ((j.info, j.leaves), None), lambda _, ch: Joint(ch[0], ch[1])
+)
+
+
+def _merge_joint(joint: Joint) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    graphdef, paths = joint.info.value
+    fresh_in, fresh_out = graphlib.merge(
+        graphdef, State.from_flat_path(dict(zip(paths, joint.leaves)))
+    )
+    return tuple(fresh_in), tuple(fresh_out)
+
+
+class _OutRef:
+    """Placeholder for output node ``k`` (rebuilt outside from the joint state)."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+
+jax.tree_util.register_pytree_node(_OutRef, lambda r: ((), r.k), lambda k, _: _OutRef(k))
+
+
+def _mark_out(out: Any) -> Any:
+    count = iter(range(1 << 30))
+    return jax.tree.map(
+        lambda x: _OutRef(next(count)) if is_node_leaf(x) else x, out, is_leaf=is_node_leaf
+    )
+
+
+def _fill_out(out: Any, nodes: list[Any]) -> Any:
+    return jax.tree.map(
+        lambda x: nodes[x.k] if isinstance(x, _OutRef) else x,
+        out,
+        is_leaf=lambda x: isinstance(x, _OutRef),
+    )
+
+
+def lower_outputs(out: Any) -> Any:
+    """``out`` with its nodes split into ``NodeSlot``s (new objects: no link to inputs)."""
+    flat, treedef = jax.tree_util.tree_flatten(out, is_leaf=is_node_leaf)
+    where = [i for i, x in enumerate(flat) if is_node_leaf(x)]
+    if not where:
+        return out
+    graphdef, state = graphlib.split(tuple(flat[i] for i in where))
+    per_node: list[tuple[list[PathParts], list[Any]]] = [([], []) for _ in where]
+    for path, leaf in to_flat_state(state):
+        per_node[path[0]][0].append(path[1:])
+        per_node[path[0]][1].append(leaf)
+    for k, i in enumerate(where):
+        paths, values = per_node[k]
+        info = SlotInfo(k, (tuple(paths),), graphdef if k == 0 else None)
+        flat[i] = NodeSlot(info, (tuple(values),))
+    return jax.tree_util.tree_unflatten(treedef, flat)
+
+
+def raise_outputs(out: Any) -> Any:
+    """Rebuild the nodes of ``lower_outputs(out)`` as new objects (sharing kept)."""
+    flat, treedef = jax.tree_util.tree_flatten(out, is_leaf=is_slot)
+    slots = [(i, x) for i, x in enumerate(flat) if isinstance(x, NodeSlot)]
+    if not slots:
+        return out
+    joint: dict[PathParts, Any] = {}
+    for _, slot in slots:
+        for paths, values in zip(slot.info.paths, slot.groups):
+            for path, value in zip(paths, values):
+                joint[(slot.info.index, *path)] = value
+    nodes = graphlib.merge(slots[0][1].info.graphdef, State.from_flat_path(joint))
+    for (i, _), node in zip(slots, nodes):
+        flat[i] = node
+    return jax.tree_util.tree_unflatten(treedef, flat)
+
+
+# --------------------------------------------------------------------------- graft
+
+
+def _objects_by_path(root: Any) -> dict[PathParts, Any]:
+    return {
+        p: v for p, v in graphlib.iter_graph(root) if isinstance(v, Variable) or is_node_leaf(v)
+    }
+
+
+def graft(fresh: Any, original: Any) -> dict[int, Any]:
+    """Make the caller's objects ``original`` look like ``fresh`` (same graph shape, built
+    inside a transform): each fresh node or Variable at a path where ``original`` has one
+    of the same type is written into it; new objects are kept, their references to fresh
+    objects redirected to the caller's. Returns the map from fresh ids to targets."""
+    before = _objects_by_path(original)
+    pairs = _objects_by_path(fresh)
+    mapping: dict[int, Any] = {}
+    for path, obj in pairs.items():
+        old = before.get(path)
+        if old is not None and type(old) is type(obj) and old is not obj:
+            mapping[id(obj)] = old
+    for obj in pairs.values():
+        _copy_into(mapping.get(id(obj), obj), obj, mapping)
+    return mapping
+
+
+def _remap(value: Any, mapping: dict[int, Any]) -> Any:
+    if id(value) in mapping:
+        return mapping[id(value)]
+    if type(value) is tuple:
+        return tuple(_remap(v, mapping) for v in value)
+    if is_node_leaf(value) and not isinstance(value, Variable):
+        _copy_into(value, value, mapping)
+    return value
+
+
+def _copy_into(target: Any, source: Any, mapping: dict[int, Any]) -> None:
+    if isinstance(source, Variable):
+        if target is not source:
+            target.set_raw_value(source.get_raw_value())
+        return
+    if hasattr(source, "__dict__"):
+        items = {k: _remap(v, mapping) for k, v in vars(source).items()}
+        vars(target).clear()
+        vars(target).update(items)
+    if isinstance(source, list):
+        target[:] = [_remap(v, mapping) for v in source]
+    elif isinstance(source, dict):
+        new = {k: _remap(v, mapping) for k, v in source.items()}
+        target.clear()
+        target.update(new)
+
+
+# --------------------------------------------------------------------------- Flax's API
+
+
+class NodeStates:
+    """Flax's lowered node: a GraphDef (static) and one or more states."""
+
+    def __init__(self, graphdef: Any, states: tuple[Any, ...], metadata: Any = None) -> None:
+        self._graphdef = graphdef
+        self.states = states
+        self.metadata = metadata
+
+    @property
+    def graphdef(self) -> Any:
+        if self._graphdef is None:
+            raise ValueError("No graphdef available")
+        return self._graphdef
+
+    @property
+    def state(self) -> Any:
+        if len(self.states) != 1:
+            raise ValueError(f"Expected exactly one GraphDefState, got {len(self.states)}")
+        return self.states[0]
+
+    @classmethod
+    def from_split(
+        cls, graphdef: Any, state: Any, /, *states: Any, metadata: Any = None
+    ) -> "NodeStates":
+        return cls(graphdef, (state, *states), metadata)
+
+    @classmethod
+    def from_states(cls, state: Any, *states: Any) -> "NodeStates":
+        return cls(None, (state, *states))
+
+    @classmethod
+    def from_prefixes(cls, prefixes: Iterable[Any], /, *, metadata: Any = None) -> "NodeStates":
+        return cls(None, tuple(prefixes), metadata)
+
+
+jax.tree_util.register_pytree_node(
+    NodeStates,
+    lambda n: ((_Static(n._graphdef), n.states), n.metadata),
+    lambda meta, ch: NodeStates(
+        ch[0].value if isinstance(ch[0], _Static) else ch[0], ch[1], meta
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeState:
+    """A node in tree form: its GraphDef and nested State (``prefix`` builds these)."""
+
+    graphdef: Any
+    state: Any
+
+
+jax.tree_util.register_pytree_node(
+    TreeState,
+    lambda t: ((t.state,), _Static(t.graphdef)),
+    lambda g, ch: TreeState(g.value if isinstance(g, _Static) else g, ch[0]),
+)
+
+
+def to_tree(tree: Any, /, *, prefix: Any = Missing, check_aliasing: bool = True) -> Any:
+    """Each graph node in ``tree`` as a ``NodeStates`` (split jointly: shared Variables are
+    stored once). With ``prefix``, Variables given two prefixes are an error."""
+    if check_aliasing and prefix is not Missing and prefix is not None:
+        prefixes = broadcast_prefix(prefix, tree, prefix_is_leaf=lambda x: x is None)
+        node_prefixes: dict[int, list[tuple[PathParts, Any]]] = {}
+        leaves = jax.tree_util.tree_leaves(tree, is_leaf=is_node_leaf)
+        for leaf, p in zip(leaves, prefixes):
+            if is_node_leaf(leaf):
+                check_consistent_aliasing(leaf, p, node_prefixes=node_prefixes)
+    pure, _ = lower(tree, graph=True, graph_updates=True, name="to_tree")
+    return jax.tree.map(
+        lambda s: NodeStates.from_split(s.info, *s.groups) if is_slot(s) else s,
+        pure,
+        is_leaf=is_slot,
+    )
+
+
+def from_tree(tree: Any, /) -> Any:
+    """Inverse of ``to_tree``: new objects (shared Variables shared again)."""
+    pure = jax.tree.map(
+        lambda n: NodeSlot(n._graphdef, n.states) if isinstance(n, NodeStates) else n,
+        tree,
+        is_leaf=lambda x: isinstance(x, NodeStates),
+    )
+    return raise_inputs(pure, graph=True, graph_updates=True, name="from_tree")[0]
+
+
+def clear_non_graph_nodes(tree: Any) -> Any:
+    """``tree`` with every leaf that is not a graph node or Variable replaced by None."""
+    return jax.tree.map(lambda x: x if is_node_leaf(x) else None, tree, is_leaf=is_node_leaf)
+
+
+def broadcast_prefix(
+    prefix_tree: Any,
+    full_tree: Any,
+    prefix_is_leaf: Callable[[Any], bool] | None = None,
+    tree_is_leaf: Callable[[Any], bool] | None = is_node_leaf,
+) -> list[Any]:
+    """One prefix per leaf of ``full_tree`` (``prefix_tree`` is a tree prefix of it)."""
+    result: list[Any] = []
+
+    def add(x: Any, subtree: Any) -> None:
+        n = jax.tree_util.tree_structure(subtree, is_leaf=tree_is_leaf).num_leaves
+        result.extend([x] * n)
+
+    jax.tree.map(add, prefix_tree, full_tree, is_leaf=prefix_is_leaf)
+    return result
+
+
+def prefix(
+    node: Any,
+    filter_map: Mapping[Any, Any] | Callable[..., Any],
+    /,
+    *,
+    graph: bool | None = None,
+) -> Any:
+    """``node`` with each Variable replaced by its prefix: ``filter_map(path, variable)``,
+    or the value of the first filter of a ``{filter: prefix}`` mapping that matches."""
+    if isinstance(filter_map, Mapping):
+        table = [(pm.to_filter(f), v) for f, v in filter_map.items()]
+        filters = list(filter_map.keys())
+
+        def fn(path: PathParts, leaf: Any) -> Any:
+            for predicate, value in table:
+                if predicate(path, leaf):
+                    return value
+            raise ValueError(
+                f"No filter matched leaf at path {path!r} with value {leaf!r}. "
+                f"Filters: {filters}"
+            )
+
+    else:
+        fn = filter_map
+    graph = resolve_modes(graph, None)[0]
+
+    def on_leaf(jax_path: Any, leaf: Any) -> Any:
+        return fn(_nnx_path(jax_path), leaf)
+
+    if graph:
+        node = to_tree_states(node)
+    return jax.tree_util.tree_map_with_path(
+        on_leaf, node, is_leaf=lambda x: isinstance(x, Variable)
+    )
+
+
+def to_tree_states(tree: Any) -> Any:
+    """Each graph node in ``tree`` as a ``TreeState`` (its own GraphDef and State)."""
+    return jax.tree.map(
+        lambda x: TreeState(*graphlib.split(x)) if is_node_leaf(x) else x,
+        tree,
+        is_leaf=is_node_leaf,
+    )
+
+
+def _nnx_path(jax_path: Any) -> PathParts:
+    out: list[Hashable] = []
+    for k in jax_path:
+        if isinstance(k, jax.tree_util.DictKey) and isinstance(k.key, tuple):
+            out.extend(k.key)  # a State's leaf is keyed by its whole path
+        elif isinstance(k, jax.tree_util.DictKey):
+            out.append(k.key)
+        elif isinstance(k, jax.tree_util.SequenceKey):
+            out.append(k.idx)
+        elif isinstance(k, jax.tree_util.GetAttrKey):
+            out.append(k.name)
+        elif isinstance(k, jax.tree_util.FlattenedIndexKey):
+            continue  # TreeState's single child
+        else:
+            out.append(str(k))
+    return tuple(k for k in out if k != "__state__")

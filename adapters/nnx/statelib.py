@@ -1,73 +1,226 @@
-"""NNX State: a nested mapping whose leaves are Variables (or raw arrays)."""
+"""NNX State (``flax.nnx.statelib``): a nested mapping whose leaves are Variables.
 
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+``State`` keeps a plain nested ``dict`` and shows inner dicts as ``State``s. It flattens
+as Flax's does, so its JAX key paths are Flax's: one ``DictKey`` per level (keys sorted),
+then the Variable's ``GetAttrKey('value')``; an Orbax checkpoint of NNX state written by
+real Flax restores here and the other way round. ``FlatState`` is the sorted
+``[(path, leaf), ...]`` form the graph functions work on.
+
+Filters here are NNX's (``filterlib.to_predicate``): a string is a tag, a type is
+``isinstance``; a leaf goes to the first filter that matches it.
+"""
+
+import typing as tp
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
-import jax
+import jax.tree_util as jtu
 
-import pytreemod as pm
+from adapters.typing import PathParts
 
-from .variablelib import Variable, _unwrap
+from . import filterlib, reprlib, traversals, variablelib
+from .traversals import flatten_mapping as flatten_mapping
+from .traversals import unflatten_mapping as unflatten_mapping
 
-Path = tuple[Any, ...]
+__all__ = [
+    "FlatState",
+    "State",
+    "diff",
+    "filter_state",
+    "from_flat_state",
+    "map_state",
+    "merge_state",
+    "replace_by_pure_dict",
+    "restore_int_paths",
+    "split_state",
+    "to_flat_state",
+    "to_pure_dict",
+]
+
+V = tp.TypeVar("V")
+Path = PathParts
 """A path of attribute names (str) and list indices (int)."""
 
-
-def _is_inner(x: Any) -> bool:
-    return isinstance(x, (State, dict))
-
-
-def flatten_mapping(nested: Mapping[Any, Any], prefix: Path = ()) -> dict[Path, Any]:
-    """``{path: leaf}`` of a nested mapping (dicts and States are inner nodes)."""
-    flat: dict[Path, Any] = {}
-    for key, value in nested.items():
-        if _is_inner(value) and len(value) > 0:
-            flat.update(flatten_mapping(value, (*prefix, key)))
-        else:
-            flat[(*prefix, key)] = value
-    return flat
+ExtractValueFn = Callable[[Any], Any]
+SetValueFn = Callable[[Any, Any], Any]
 
 
-def unflatten_mapping(flat: Mapping[Path, Any]) -> dict[Any, Any]:
-    """The nested dict of a ``{path: leaf}`` mapping."""
-    nested: dict[Any, Any] = {}
-    for path, value in flat.items():
-        node = nested
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = value
-    return nested
+def _deprecated(name: str) -> None:
+    warnings.warn(
+        "`flax.nnx.State` will be deprecated and be replaced by the built-in "
+        f"Python dict. Please use the equivalent `nnx.{name}` instead.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
-def _sort_key(path: Path) -> tuple[tuple[str, str], ...]:
-    return tuple((type(k).__name__, f"{k:020d}" if isinstance(k, int) else str(k)) for k in path)
+class NestedStateRepr(reprlib.Representable):
+    """How a State nested in a State prints: ``{...}`` without the type name."""
+
+    def __init__(self, state: "State") -> None:
+        self.state = state
+
+    def __nnx_repr__(self) -> Iterator[reprlib.Object | reprlib.Attr]:
+        yield reprlib.Object("", kv_sep=": ", start="{", end="}")
+        for r in self.state.__nnx_repr__():
+            if not isinstance(r, reprlib.Object):
+                yield r
+
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        children = {k: _nested(v) for k, v in self.state.items()}
+        return subtree_renderer(children, path=path)
 
 
-class State(MutableMapping[Any, Any]):
+def _nested(v: Any) -> Any:
+    return NestedStateRepr(v) if isinstance(v, State) else v
+
+
+class FlatState(Sequence[tuple[PathParts, V]], reprlib.Representable):
+    """A sequence of ``(path, leaf)`` pairs (``paths`` and ``leaves`` are the two columns);
+    a pytree whose leaves are the leaves and whose paths are static."""
+
+    __slots__ = ("_keys", "_values")
+
+    _keys: tuple[PathParts, ...]
+    _values: list[V]
+
+    def __init__(self, items: Iterable[tuple[PathParts, V]], /, *, sort: bool) -> None:
+        pairs = sorted(items) if sort else list(items)
+        self._keys = tuple(k for k, _ in pairs)
+        self._values = [v for _, v in pairs]
+
+    @staticmethod
+    def from_sorted_keys_values(keys: tuple[PathParts, ...], values: list[V], /) -> "FlatState[V]":
+        """A FlatState of already sorted ``keys`` and their ``values`` (not copied)."""
+        flat: FlatState[V] = object.__new__(FlatState)
+        flat._keys = keys
+        flat._values = values
+        return flat
+
+    @property
+    def paths(self) -> tuple[PathParts, ...]:
+        """The paths, in order."""
+        return self._keys
+
+    @property
+    def leaves(self) -> list[V]:
+        """The leaves, in order."""
+        return self._values
+
+    def __nnx_repr__(self) -> Iterator[reprlib.Object | reprlib.Attr]:
+        yield reprlib.Object(type="FlatState", kv_sep="", start="([", end="])")
+        for pair in self:
+            yield reprlib.Attr("", pair)
+
+    @tp.overload
+    def __getitem__(self, index: int) -> tuple[PathParts, V]: ...
+    @tp.overload
+    def __getitem__(self, index: slice) -> "FlatState[V]": ...
+    def __getitem__(self, index: int | slice) -> "tuple[PathParts, V] | FlatState[V]":
+        if isinstance(index, int):
+            return self._keys[index], self._values[index]
+        return FlatState(zip(self._keys[index], self._values[index]), sort=False)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[tuple[PathParts, V]]:
+        return iter(zip(self._keys, self._values))
+
+    def to_nested_state(self) -> "State":
+        """The nested State of these pairs."""
+        return from_flat_state(self)
+
+    def split(self, first: filterlib.Filter, /, *filters: filterlib.Filter) -> Any:
+        """One FlatState per filter (each pair goes to the first match); every pair must
+        match some filter (``ValueError`` otherwise)."""
+        *parts, rest = _split_state(self, first, *filters)
+        if rest:
+            raise ValueError(
+                f"Non-exhaustive filters, got a non-empty remainder: {rest}.\n"
+                "Use `...` to match all remaining elements."
+            )
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def filter(self, first: filterlib.Filter, /, *filters: filterlib.Filter) -> Any:
+        """One FlatState per filter; pairs matching none are dropped."""
+        *parts, _rest = _split_state(self, first, *filters)
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    @staticmethod
+    def merge(
+        flat_state: Iterable[tuple[PathParts, V]], /, *flat_states: Iterable[tuple[PathParts, V]]
+    ) -> "FlatState[V]":
+        """One sorted FlatState of all pairs."""
+        if not flat_states:
+            if isinstance(flat_state, FlatState):
+                return flat_state
+            return FlatState(flat_state, sort=True)
+        return FlatState((p for fs in (flat_state, *flat_states) for p in fs), sort=True)
+
+
+jtu.register_pytree_node(
+    FlatState,
+    lambda fs: (fs._values, fs._keys),
+    lambda keys, values: FlatState.from_sorted_keys_values(keys, list(values)),
+)
+
+
+class State(MutableMapping[Any, Any], reprlib.Representable):
     """A nested mapping from attribute names (str) and list indices (int) to Variables.
 
-    ``state['layers'][0]['kernel']`` or ``state.layers[0].kernel``; inner mappings come back
-    as ``State``. A JAX pytree whose leaves are the Variables' values.
+    ``state['layers'][0]['kernel']`` or ``state.layers[0].kernel``; inner mappings are
+    plain dicts inside, shown as ``State`` views that write through.
     """
 
-    def __init__(self, mapping: Mapping[Any, Any] | None = None) -> None:
-        raw: dict[Any, Any] = {}
-        for key, value in (mapping or {}).items():
-            raw[key] = dict(value._mapping) if isinstance(value, State) else value
+    _mapping: dict[Any, Any]
+
+    def __init__(
+        self,
+        mapping: Mapping[Any, Any] | Iterable[tuple[Any, Any]],
+        /,
+        *,
+        _copy: bool = True,
+    ) -> None:
+        if _copy:
+            raw = dict(mapping)
+        elif isinstance(mapping, dict):
+            raw = mapping
+        else:
+            raise ValueError(
+                f"Expected a dictionary when `_copy=False`, got {type(mapping)} instead."
+            )
         object.__setattr__(self, "_mapping", raw)
 
-    _mapping: dict[Any, Any]
+    @property
+    def raw_mapping(self) -> dict[Any, Any]:
+        """The underlying nested dict (not a copy)."""
+        return self._mapping
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._mapping
 
     def __getitem__(self, key: Any) -> Any:
         value = self._mapping[key]
         if isinstance(value, dict):
-            sub = State()
-            object.__setattr__(sub, "_mapping", value)
-            return sub
+            return type(self)(value, _copy=False)
         return value
 
+    def __getattr__(self, key: str) -> Any:
+        if "_mapping" not in vars(self) or key not in self._mapping:
+            raise AttributeError(f"No attribute '{key}' in State")
+        return self[key]
+
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._mapping[key] = dict(value._mapping) if isinstance(value, State) else value
+        if key == "__orig_class__":
+            object.__setattr__(self, key, value)
+        elif isinstance(value, State):
+            self._mapping[key] = value._mapping
+        else:
+            self._mapping[key] = value
+
+    __setattr__ = __setitem__  # type: ignore[assignment]
 
     def __delitem__(self, key: Any) -> None:
         del self._mapping[key]
@@ -78,188 +231,231 @@ class State(MutableMapping[Any, Any]):
     def __len__(self) -> int:
         return len(self._mapping)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_mapping":
-            raise AttributeError(name)
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"No attribute {name!r} in State") from None
+    def __nnx_repr__(self) -> Iterator[reprlib.Object | reprlib.Attr]:
+        yield reprlib.Object(type(self), kv_sep=": ", start="({", end="})")
+        for k, v in self.items():
+            yield reprlib.Attr(repr(k), _nested(v))
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        self[name] = value
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        import treescope  # optional: only needed to render
 
-    def __delattr__(self, name: str) -> None:
-        del self[name]
+        return treescope.repr_lib.render_dictionary_wrapper(
+            object_type=type(self),
+            wrapped_dict={k: _nested(v) for k, v in self.items()},
+            path=path,
+            subtree_renderer=subtree_renderer,
+        )
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, State):
-            return NotImplemented
-        return pm.tree_equal(self, other)
+    # Deprecated in Flax (State is to become a plain dict): each has a function.
 
-    __hash__ = None  # type: ignore[assignment]
+    def map(self, f: Callable[[tuple[Any, ...], Any], Any]) -> "State":
+        """Deprecated: ``nnx.map_state(f, state)``."""
+        _deprecated("map_state")
+        return map_state(f, self)
 
-    def flat_state(self) -> list[tuple[Path, Any]]:
-        """``[(path, leaf), ...]`` sorted by path."""
-        flat = flatten_mapping(self._mapping)
-        return [(p, flat[p]) for p in sorted(flat, key=_sort_key)]
+    def flat_state(self) -> FlatState[Any]:
+        """Deprecated: ``nnx.to_flat_state(state)``."""
+        _deprecated("to_flat_state")
+        return to_flat_state(self)
 
     @classmethod
-    def from_flat_path(cls, flat: Mapping[Path, Any] | list[tuple[Path, Any]]) -> "State":
-        """The State of ``{path: leaf}`` pairs."""
-        return cls(unflatten_mapping(dict(flat)))
+    def from_flat_path(
+        cls, flat_state: Mapping[PathParts, Any] | Iterable[tuple[PathParts, Any]], /
+    ) -> "State":
+        """Deprecated: ``nnx.from_flat_state(flat_state)``."""
+        _deprecated("from_flat_state")
+        return from_flat_state(flat_state, cls=cls)
 
-    def to_pure_dict(self) -> dict[Any, Any]:
-        """Same as ``nnx.to_pure_dict(self)``."""
-        return to_pure_dict(self)
+    def to_pure_dict(self, extract_fn: ExtractValueFn | None = None) -> dict[Any, Any]:
+        """Deprecated: ``nnx.to_pure_dict(state)``."""
+        _deprecated("to_pure_dict")
+        return to_pure_dict(self, extract_fn)
 
-    def replace_by_pure_dict(self, pure_dict: Mapping[Any, Any]) -> None:
-        """Same as ``nnx.replace_by_pure_dict(self, pure_dict)``."""
-        replace_by_pure_dict(self, pure_dict)
+    def replace_by_pure_dict(
+        self, pure_dict: Mapping[Any, Any], replace_fn: SetValueFn | None = None
+    ) -> None:
+        """Deprecated: ``nnx.replace_by_pure_dict(state, pure_dict)``."""
+        _deprecated("replace_by_pure_dict")
+        replace_by_pure_dict(self, pure_dict, replace_fn)
 
-    def filter(self, first: pm.FilterLike, /, *filters: pm.FilterLike) -> Any:
-        """The leaves matching each filter: one State, or a tuple for several filters."""
-        return filter_state(self, first, *filters)
-
-    def split(self, first: pm.FilterLike, /, *filters: pm.FilterLike) -> Any:
-        """Same as :func:`split_state`."""
+    def split(self, first: filterlib.Filter, /, *filters: filterlib.Filter) -> Any:
+        """Deprecated: ``nnx.split_state(state, *filters)``."""
+        _deprecated("split_state")
         return split_state(self, first, *filters)
 
-    @staticmethod
-    def merge(state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> "State":
-        """One State holding the leaves of all ``states`` (later ones win)."""
-        return merge_state(state, *states)
+    def filter(self, first: filterlib.Filter, /, *filters: filterlib.Filter) -> Any:
+        """Deprecated: ``nnx.filter_state(state, *filters)``."""
+        _deprecated("filter_state")
+        return filter_state(self, first, *filters)
 
-    def __repr__(self) -> str:
-        lines = [f"  {p!r}: {leaf!r}" for p, leaf in self.flat_state()]
-        return "State({\n" + ",\n".join(lines) + "\n})" if lines else "State({})"
+    @classmethod
+    def merge(cls, state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> "State":
+        """Deprecated: ``nnx.merge_state(state, *states)``."""
+        _deprecated("merge_state")
+        return merge_state(state, *states, cls=cls)
 
+    def __or__(self, other: Mapping[Any, Any]) -> "State":  # type: ignore[override]
+        if not other:
+            return self
+        return merge_state(self, other)
 
-def _flatten_state(state: State) -> tuple[list[Any], tuple[Path, ...]]:
-    flat = state.flat_state()
-    return [leaf for _, leaf in flat], tuple(p for p, _ in flat)
+    def __sub__(self, other: "State") -> "State":
+        _deprecated("diff")
+        return diff(self, other)
 
-
-def _flatten_state_with_keys(state: State) -> tuple[list[tuple[Any, Any]], tuple[Path, ...]]:
-    flat = state.flat_state()
-    children = [(jax.tree_util.DictKey(p), leaf) for p, leaf in flat]
-    return children, tuple(p for p, _ in flat)
-
-
-def _unflatten_state(paths: tuple[Path, ...], leaves: Any) -> State:
-    return State.from_flat_path(dict(zip(paths, leaves, strict=True)))
-
-
-jax.tree_util.register_pytree_with_keys(
-    State, _flatten_state_with_keys, _unflatten_state, _flatten_state
-)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_state(cls)
 
 
-def _to_filters(filters: tuple[pm.FilterLike, ...]) -> list[pm.Filter]:
-    normal = [pm.to_filter(f) for f in filters]
-    for i, f in enumerate(normal):
-        if isinstance(f, pm.Everything) and not all(
-            isinstance(g, pm.Everything) for g in normal[i + 1 :]
-        ):
-            raise ValueError(
-                f"`...` or `True` can only be used as the last filters, got {filters[i]} at "
-                f"index {i}: it selects everything, so the filters after it get nothing."
-            )
-    return normal
+def _state_flatten_with_keys(x: State) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
+    items = sorted(x._mapping.items())
+    return [(jtu.DictKey(k), v) for k, v in items], tuple(k for k, _ in items)
 
 
-def _partition(
-    state: Mapping[Any, Any], filters: tuple[pm.FilterLike, ...], exhaustive: bool
-) -> list[State]:
-    normal = _to_filters(filters)
-    parts: list[dict[Path, Any]] = [{} for _ in normal]
-    rest: dict[Path, Any] = {}
-    for path, leaf in flatten_mapping(state).items():
-        for i, f in enumerate(normal):
-            if f(path, leaf):
-                parts[i][path] = leaf
-                break
-        else:
-            rest[path] = leaf
-    if exhaustive and rest:
-        raise ValueError(
-            f"Non-exhaustive filters, got a non-empty remainder: {State.from_flat_path(rest)}.\n"
-            "Use `...` to match all remaining elements."
-        )
-    return [State.from_flat_path(p) for p in parts]
+def _state_flatten(x: State) -> tuple[list[Any], tuple[Any, ...]]:
+    items = sorted(x._mapping.items())
+    return [v for _, v in items], tuple(k for k, _ in items)
 
 
-def split_state(state: Mapping[Any, Any], first: pm.FilterLike, /, *filters: pm.FilterLike) -> Any:
-    """Partition ``state`` by filters (each leaf goes to the first match; all must match)."""
-    parts = _partition(state, (first, *filters), exhaustive=True)
-    return parts[0] if len(parts) == 1 else tuple(parts)
+def _register_state(cls: type[State]) -> None:
+    jtu.register_pytree_with_keys(
+        cls,
+        _state_flatten_with_keys,
+        lambda keys, leaves: cls(zip(keys, leaves)),
+        _state_flatten,
+    )
 
 
-def filter_state(state: Mapping[Any, Any], first: pm.FilterLike, /, *filters: pm.FilterLike) -> Any:
-    """The leaves of ``state`` matching each filter (non-matching leaves are dropped)."""
-    parts = _partition(state, (first, *filters), exhaustive=False)
-    return parts[0] if len(parts) == 1 else tuple(parts)
+_register_state(State)
 
 
-def merge_state(state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> State:
-    """One State holding the leaves of all ``states`` (later ones win)."""
-    flat: dict[Path, Any] = {}
-    for s in (state, *states):
-        flat.update(flatten_mapping(s))
-    return State.from_flat_path(flat)
+# --------------------------------------------------------------------------------------
+# Functions
+# --------------------------------------------------------------------------------------
 
 
-def to_flat_state(state: Mapping[Any, Any]) -> list[tuple[Path, Any]]:
-    """``[(path, leaf), ...]`` of a (nested) state, sorted by path."""
-    return State(state).flat_state()
+def to_flat_state(state: Mapping[Any, Any]) -> FlatState[Any]:
+    """The sorted ``FlatState`` of a (nested) state."""
+    raw = state._mapping if isinstance(state, State) else state
+    return FlatState(traversals.flatten_to_sequence(raw), sort=True)
+
+
+def from_flat_state(
+    flat_state: Mapping[PathParts, Any] | Iterable[tuple[PathParts, Any]],
+    *,
+    cls: type[State] = State,
+) -> State:
+    """The nested ``State`` (or ``cls``) of ``{path: leaf}`` pairs."""
+    if not isinstance(flat_state, Mapping):
+        flat_state = dict(flat_state)
+    return cls(traversals.unflatten_mapping(flat_state))
+
+
+def map_state(f: Callable[[tuple[Any, ...], Any], Any], state: Mapping[Any, Any]) -> State:
+    """A new State whose leaves are ``f(path, leaf)``."""
+    return from_flat_state([(path, f(path, leaf)) for path, leaf in to_flat_state(state)])
 
 
 def to_pure_dict(
-    state: Mapping[Any, Any], extract_fn: Callable[[Any], Any] | None = None
+    state: Mapping[Any, Any], extract_fn: ExtractValueFn | None = None
 ) -> dict[Any, Any]:
-    """A nested dict of plain values (Variables unwrapped); list entries keep int keys."""
+    """A nested dict of plain values: Variables replaced by their values (or by
+    ``extract_fn(leaf)``)."""
     if extract_fn is None:
-        extract_fn = _unwrap
-    return unflatten_mapping({p: extract_fn(v) for p, v in flatten_mapping(state).items()})
+        extract_fn = variablelib._unwrap
+    return traversals.unflatten_mapping({p: extract_fn(x) for p, x in to_flat_state(state)})
 
 
-def _to_int(key: Any) -> Any:
+def _try_int(key: Any) -> Any:
     try:
         return int(key)
-    except (TypeError, ValueError):
+    except ValueError:
         return key
 
 
 def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
-    """``pure_dict`` with keys such as ``'0'`` (from a checkpoint) turned back into ints."""
-    flat = flatten_mapping(pure_dict)
-    return unflatten_mapping({tuple(map(_to_int, p)): v for p, v in flat.items()})
+    """``pure_dict`` with keys such as ``'0'`` (as a checkpoint writes list indices) turned
+    back into ints."""
+    flat = traversals.flatten_mapping(pure_dict)
+    return traversals.unflatten_mapping({tuple(map(_try_int, p)): v for p, v in flat.items()})
+
+
+def _replace_leaf(leaf: Any, value: Any) -> Any:
+    return leaf.replace(value) if hasattr(leaf, "replace") else value
 
 
 def replace_by_pure_dict(
-    state: State,
-    pure_dict: Mapping[Any, Any],
-    replace_fn: Callable[[Any, Any], Any] | None = None,
+    state: State, pure_dict: Mapping[Any, Any], replace_fn: SetValueFn | None = None
 ) -> None:
-    """Replace ``state``'s values in place by those of ``pure_dict`` (a subset of its paths).
-
-    Keys may be strings of ints (``'0'``), as after a msgpack round trip. A path of
-    ``pure_dict`` that ``state`` lacks raises ``ValueError``.
-    """
+    """Replace, in place, the leaves of ``state`` at the paths of ``pure_dict`` by its values
+    (``replace_fn(leaf, value)``: by default a Variable's ``replace``). Keys may be strings
+    of ints (``'0'``); a path ``state`` lacks is a ``ValueError``."""
     if replace_fn is None:
         replace_fn = _replace_leaf
-    current = flatten_mapping(state)
-    for path, value in flatten_mapping(pure_dict).items():
+    current = dict(to_flat_state(state))
+    for path, value in traversals.flatten_mapping(pure_dict).items():
         if path not in current:
-            int_path = tuple(map(_to_int, path))
+            int_path = tuple(map(_try_int, path))
             if int_path not in current:
                 raise ValueError(f"key in pure_dict not available in state: {path}")
             path = int_path
         current[path] = replace_fn(current[path], value)
-    new = unflatten_mapping(current)
-    for key in list(state.keys()):
-        state[key] = new[key]
+    state.update(traversals.unflatten_mapping(current))
 
 
-def _replace_leaf(leaf: Any, value: Any) -> Any:
-    return leaf.replace(value) if isinstance(leaf, Variable) else value
+def _split_state(flat_state: FlatState[V], *filters: filterlib.Filter) -> list[FlatState[V]]:
+    """One FlatState per filter plus one for the pairs matching none."""
+    predicates = filterlib.filters_to_predicates(filters)
+    groups: list[list[tuple[PathParts, V]]] = [[] for _ in range(len(predicates) + 1)]
+    for path, value in flat_state:
+        for i, predicate in enumerate(predicates):
+            if predicate(path, value):
+                groups[i].append((path, value))
+                break
+        else:
+            groups[-1].append((path, value))
+    return [FlatState(g, sort=False) for g in groups]
+
+
+def split_state(state: Mapping[Any, Any], first: filterlib.Filter, /, *filters: Any) -> Any:
+    """Split ``state`` into one State per filter (each leaf goes to the first match); the
+    filters must be exhaustive (use ``...`` last to take the rest)."""
+    *parts, rest = (
+        fs.to_nested_state() for fs in _split_state(to_flat_state(state), first, *filters)
+    )
+    if rest:
+        raise ValueError(
+            f"Non-exhaustive filters, got a non-empty remainder: {rest}.\n"
+            "Use `...` to match all remaining elements."
+        )
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def filter_state(state: Mapping[Any, Any], first: filterlib.Filter, /, *filters: Any) -> Any:
+    """One State per filter, like ``split_state``, dropping the leaves matching none."""
+    *parts, _rest = (
+        fs.to_nested_state() for fs in _split_state(to_flat_state(state), first, *filters)
+    )
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def merge_state(
+    state: Mapping[Any, Any], /, *states: Mapping[Any, Any], cls: type[State] = State
+) -> State:
+    """One State holding the leaves of all ``states`` (the inverse of ``split_state``; on a
+    path in several, the last wins)."""
+    if not states:
+        return state if isinstance(state, cls) else cls(state)
+    flat: dict[PathParts, Any] = {}
+    for s in (state, *states):
+        flat.update(traversals.flatten_mapping(s))
+    return from_flat_state(flat, cls=cls)
+
+
+def diff(state: State, other: State) -> State:
+    """The leaves of ``state`` whose paths ``other`` does not have."""
+    if not other:
+        return state
+    other_paths = set(to_flat_state(other).paths)
+    return from_flat_state({k: v for k, v in to_flat_state(state) if k not in other_paths})

@@ -39,13 +39,23 @@ def _weights(
     broadcast_dropout: bool,
     deterministic: bool,
     hooks: "_Hooks",
+    is_causal: bool = False,
 ) -> jax.Array:
     dtype = query.dtype
     depth = query.shape[-1]
     query = query / jnp.sqrt(jnp.asarray(depth, dtype))
-    weights = hooks.qk("...qhd,...khd->...hqk", query, key)
+    groups = _head_groups(query, key, "key")
+    if groups == 1:
+        weights = hooks.qk("...qhd,...khd->...hqk", query, key)
+    else:  # grouped-query attention: each key head serves `groups` query heads
+        grouped = jnp.reshape(query, (*query.shape[:-2], key.shape[-2], groups, depth))
+        weights = hooks.qk("...qhgd,...kh1d->...hgqk", grouped, jnp.expand_dims(key, -2))
+        weights = jnp.reshape(weights, (*weights.shape[:-4], -1, *weights.shape[-2:]))
     if bias is not None:
         weights = weights + jnp.asarray(_to_rank(bias, weights.ndim), dtype)
+    if is_causal:
+        causal = jnp.tril(jnp.ones(weights.shape[-2:], bool))
+        mask = causal if mask is None else jnp.logical_and(jnp.asarray(mask, bool), causal)
     if mask is not None:
         mask = _to_rank(jnp.asarray(mask, bool), weights.ndim)
         weights = jnp.where(mask, weights, jnp.finfo(dtype).min)
@@ -70,6 +80,27 @@ def _weights(
         keep = jax.random.bernoulli(dropout_key, keep_prob, shape)
         weights = weights * (keep.astype(dtype) / jnp.asarray(keep_prob, dtype))
     return weights
+
+
+def _head_groups(query: Any, other: Any, name: str) -> int:
+    """How many query heads share each head of ``other`` (1 unless grouped-query)."""
+    q_heads, heads = query.shape[-2], other.shape[-2]
+    if q_heads % heads:
+        raise LayerConfigError(
+            f"grouped-query attention needs the query heads ({q_heads}) to be a multiple "
+            f"of the {name} heads ({heads})."
+        )
+    return q_heads // heads
+
+
+def _weighted_values(hooks: "_Hooks", weights: Any, value: Any) -> Any:
+    groups = _head_groups(weights.swapaxes(-3, -2), value, "value")
+    if groups == 1:
+        return hooks.av("...hqk,...khd->...qhd", weights, value)
+    heads = value.shape[-2]
+    grouped = jnp.reshape(weights, (*weights.shape[:-3], heads, groups, *weights.shape[-2:]))
+    y = hooks.av("...hgqk,...kh1d->...qhgd", grouped, jnp.expand_dims(value, -2))
+    return jnp.reshape(y, (*y.shape[:-3], heads * groups, y.shape[-1]))
 
 
 class _Hooks:
@@ -103,7 +134,7 @@ class _Hooks:
 @checked
 def dot_product_attention_weights(
     query: Inexact[AnyArray, "*batch q_len heads head_dim"],
-    key: Inexact[AnyArray, "*batch kv_len heads head_dim"],
+    key: Inexact[AnyArray, "*batch kv_len kv_heads head_dim"],
     bias: Inexact[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
     mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
     *,
@@ -117,6 +148,7 @@ def dot_product_attention_weights(
     einsum_dot_general: Callable[..., Any] | None = None,
     qk_einsum: Callable[..., Any] | None = None,
     on_weights: Callable[[jax.Array], Any] | None = None,
+    is_causal: bool = False,
     out_sharding: Any = None,
 ) -> Inexact[jax.Array, "*batch heads q_len kv_len"]:
     """Attention weights ``softmax(q k^T / sqrt(head_dim) + bias)``, masked where ``mask``
@@ -126,7 +158,9 @@ def dot_product_attention_weights(
     whole einsum (exclusive with ``precision``/``einsum_dot_general``);
     ``force_fp32_for_softmax`` takes the softmax in float32 (and keeps that dtype);
     ``on_weights`` is called with the weights before dropout (e.g. to record them);
-    ``out_sharding`` reshards the weights.
+    ``is_causal`` also masks every key after the query's position; ``out_sharding``
+    reshards the weights. ``key`` may have fewer heads than ``query`` (grouped-query
+    attention): each key head then serves ``heads // kv_heads`` consecutive query heads.
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -147,6 +181,7 @@ def dot_product_attention_weights(
         broadcast_dropout,
         deterministic,
         hooks,
+        is_causal,
     )
     return constrain(weights, out_sharding, query, key)
 
@@ -154,8 +189,8 @@ def dot_product_attention_weights(
 @checked
 def dot_product_attention(
     query: Inexact[AnyArray, "*batch q_len heads head_dim"],
-    key: Inexact[AnyArray, "*batch kv_len heads head_dim"],
-    value: Inexact[AnyArray, "*batch kv_len heads v_head_dim"],
+    key: Inexact[AnyArray, "*batch kv_len kv_heads head_dim"],
+    value: Inexact[AnyArray, "*batch kv_len kv_heads v_head_dim"],
     bias: Inexact[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
     mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
     *,
@@ -171,6 +206,7 @@ def dot_product_attention(
     qk_einsum: Callable[..., Any] | None = None,
     av_einsum: Callable[..., Any] | None = None,
     on_weights: Callable[[jax.Array], Any] | None = None,
+    is_causal: bool = False,
     out_sharding: Any = None,
 ) -> Inexact[jax.Array, "*batch q_len heads v_head_dim"]:
     """Multi-head scaled dot-product attention (Flax ``dot_product_attention``).
@@ -189,6 +225,9 @@ def dot_product_attention(
     - ``einsum_dot_general``, ``qk_einsum``/``av_einsum`` (given together),
       ``force_fp32_for_softmax``, ``on_weights``: as in ``dot_product_attention_weights``;
       ``av_einsum`` replaces the weights-values einsum.
+    - ``is_causal``: also mask every key after the query's position.
+    - ``key`` and ``value`` may have fewer heads than ``query`` (grouped-query
+      attention), each serving ``heads // kv_heads`` consecutive query heads.
     - ``out_sharding``: the output's sharding (default: the operands' batch and heads
       shardings, on any mesh).
 
@@ -205,7 +244,7 @@ def dot_product_attention(
                 f"implementation={implementation!r} has no attention dropout; use "
                 "implementation=None for dropout_rate > 0 in training."
             )
-        y = _jax_attention(query, key, value, bias, mask, implementation)
+        y = _jax_attention(query, key, value, bias, mask, implementation, is_causal)
         return constrain(y, out_sharding, query, key, value)
     if (qk_einsum is None) != (av_einsum is None):
         raise LayerConfigError("qk_einsum and av_einsum must be given together.")
@@ -223,8 +262,9 @@ def dot_product_attention(
             broadcast_dropout,
             deterministic,
             hooks,
+            is_causal,
         )
-        y = hooks.av("...hqk,...khd->...qhd", weights, value)
+        y = _weighted_values(hooks, weights, value)
     return constrain(y, out_sharding, query, key, value)
 
 
@@ -235,6 +275,7 @@ def _jax_attention(
     bias: Any,
     mask: Any,
     implementation: str,
+    is_causal: bool = False,
 ) -> jax.Array:
     """``jax.nn.dot_product_attention``, which takes exactly one batch axis: merge them."""
     batch = query.shape[:-3]
@@ -258,6 +299,7 @@ def _jax_attention(
         bias=flat_logits(bias),
         mask=flat_logits(None if mask is None else jnp.asarray(mask, bool)),
         implementation=implementation,  # type: ignore[arg-type]
+        is_causal=is_causal,
     )
     return jnp.reshape(out, (*batch, *out.shape[1:]))
 

@@ -263,9 +263,11 @@ def einsum_dense(
     precision: Any = None,
     preferred_element_type: Any = None,
     out_sharding: Any = None,
+    einsum_op: Callable[..., Any] | None = None,
 ) -> jax.Array:
     """``einsum(equation, x, kernel) + bias`` (Flax ``Einsum``'s math); ``bias`` has the
-    shape ``einsum_bias_shape`` gives.
+    shape ``einsum_bias_shape`` gives. ``einsum_op``: a replacement for ``jnp.einsum``
+    (same signature); it is given ``preferred_element_type`` only when that is set.
 
     >>> import jax.numpy as jnp
     >>> from pytreemod.nn import functional as F
@@ -279,14 +281,19 @@ def einsum_dense(
     x, kernel, derived = einsum_contraction(equation, x, kernel, op="einsum_dense")
     kw = out_kwargs(out_sharding, derived, x, kernel)
     with sharding_errors("einsum_dense", x=x, kernel=kernel):
-        y = jnp.einsum(
-            equation,
-            x,
-            kernel,
-            precision=precision,
-            preferred_element_type=preferred_element_type,
-            **kw,
-        )
+        if einsum_op is None:
+            y = jnp.einsum(
+                equation,
+                x,
+                kernel,
+                precision=precision,
+                preferred_element_type=preferred_element_type,
+                **kw,
+            )
+        else:
+            if preferred_element_type is not None:
+                kw = {**kw, "preferred_element_type": preferred_element_type}
+            y = einsum_op(equation, x, kernel, precision=precision, **kw)
         if bias is not None:
             _, broadcast = einsum_bias_shape(equation, x.shape, kernel.shape)
             y = y + match_trailing(jnp.reshape(bias, broadcast), y)

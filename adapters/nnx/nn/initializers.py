@@ -1,5 +1,11 @@
-"""Initializers (``flax.nnx.initializers``): ``jax.nn.initializers`` plus Flax's
-``zeros_init``/``ones_init`` builders (the same objects as ``adapters.linen.initializers``)."""
+"""Initializers (``flax.nnx.nn.initializers``): ``jax.nn.initializers`` plus Flax's
+``zeros_init``/``ones_init`` builders (the same objects as ``adapters.linen.initializers``).
+
+Every initializer is called as ``init(key, shape, dtype)``; ``zeros_init()`` returns
+``zeros`` itself and ``ones_init()`` returns ``ones``, as in Flax.
+"""
+
+from typing import Any
 
 from adapters.core.nn.initializers import constant as constant
 from adapters.core.nn.initializers import delta_orthogonal as delta_orthogonal
@@ -22,9 +28,13 @@ from adapters.core.nn.initializers import xavier_normal as xavier_normal
 from adapters.core.nn.initializers import xavier_uniform as xavier_uniform
 from adapters.core.nn.initializers import zeros as zeros
 from adapters.core.nn.initializers import zeros_init as zeros_init
-from pytreemod.nn.initializers import Initializer as Initializer
+from adapters.typing import Initializer as Initializer
+
+DtypeLikeInexact = Any
+"""A float or complex dtype, as initializers take it (Flax's alias)."""
 
 __all__ = [
+    "DtypeLikeInexact",
     "Initializer",
     "constant",
     "delta_orthogonal",

@@ -1,0 +1,264 @@
+"""Lowering graph arguments to flat arrays with one axis each, and raising them back.
+
+The iteration transforms (vmap, pmap, scan, while_loop, fori_loop) share one mechanism:
+
+1. ``lower`` walks the arguments with their axes spec (a JAX prefix); every graph node
+   (Module, Rngs, Variable) met is collected, and all of them are split together with
+   ``graphlib.split``, so a node or Variable reachable twice is lifted once. Each state leaf
+   gets the axis of its node's spec (a ``StateAxes`` picks it by filter). Aliases given
+   different axes are Flax's "Inconsistent aliasing" error.
+2. Inside the JAX transform, ``Lowered.raise_`` merges fresh objects from the traced
+   values, the user function runs on them, and ``split_nodes`` reads their state again.
+3. Outside, ``write_back`` updates the caller's own objects in place with the results, so
+   mutations made inside are seen by the caller, as in Flax.
+"""
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from .. import graphlib, spmd
+from ..statelib import State
+from ..variablelib import Variable
+from ._iteration_axes import (
+    Path,
+    StateAxes,
+    aliasing_error,
+    axis_of,
+    duplicate_error,
+    is_node,
+    is_prefix_leaf,
+)
+
+Hook = Callable[[Any, Any], Any]
+
+
+@dataclasses.dataclass
+class Entry:
+    """One leaf of the joint state: a Variable (``vdef`` its pytree def) or a raw array."""
+
+    path: Path  # (node index, *path inside the node)
+    axis: Any
+    vdef: Any  # PyTreeDef of the Variable, None for a raw leaf
+    count: int  # how many array values it flattens to
+
+
+@dataclasses.dataclass
+class Split:
+    """Graph nodes split together: the static part and the entries of their state."""
+
+    graphdef: Any
+    entries: list[Entry]
+
+    def axes(self) -> list[Any]:
+        """The axis of every value, in order."""
+        return [e.axis for e in self.entries for _ in range(e.count)]
+
+    def pairs(self, values: Sequence[Any], hook: Hook | None = None) -> list[tuple[Path, Any]]:
+        """``(path, leaf)`` pairs holding new Variables built around ``values``."""
+        out: list[tuple[Path, Any]] = []
+        i = 0
+        for e in self.entries:
+            chunk = list(values[i : i + e.count])
+            i += e.count
+            if e.vdef is None:
+                out.append((e.path, chunk[0]))
+                continue
+            variable = jax.tree_util.tree_unflatten(e.vdef, chunk)
+            if hook is not None:
+                variable = hook(variable, e.axis)
+            out.append((e.path, variable))
+        return out
+
+    def rebuild(self, values: Sequence[Any], hook: Hook | None = None) -> tuple[Any, ...]:
+        """New node objects holding ``values``."""
+        if self.graphdef is None:
+            return ()
+        state = State.from_flat_path(self.pairs(values, hook))
+        return tuple(graphlib.merge(self.graphdef, state))
+
+
+def _plain_path(key: Any) -> Any:
+    for attr in ("key", "name", "idx"):
+        if hasattr(key, attr):
+            return getattr(key, attr)
+    return key
+
+
+def split_nodes(
+    nodes: Sequence[Any], prefixes: Sequence[Any], hook: Hook | None = None
+) -> tuple[Split, list[Any]]:
+    """Split ``nodes`` together; each state leaf takes the axis of its node's prefix."""
+    if not nodes:
+        return Split(None, []), []
+    graphdef, state = graphlib.split(tuple(nodes))
+    entries: list[Entry] = []
+    values: list[Any] = []
+    for raw_path, leaf in state.flat_state():
+        path = tuple(_plain_path(k) for k in raw_path)
+        axis = axis_of(prefixes[path[0]], path[1:], leaf)
+        if isinstance(leaf, Variable):
+            if hook is not None:
+                leaf = hook(leaf, axis)
+            leaves, vdef = jax.tree_util.tree_flatten(leaf)
+        else:
+            leaves, vdef = [leaf], None
+        entries.append(Entry(path, axis, vdef, len(leaves)))
+        values.extend(leaves)
+    return Split(graphdef, entries), values
+
+
+@dataclasses.dataclass
+class Lowered:
+    """A pytree whose graph nodes were split together; its other leaves are ``plain``."""
+
+    treedef: Any
+    slots: list[tuple[bool, int]]  # per leaf: (is a node, index in nodes or plain)
+    nodes: list[Any]
+    prefixes: list[Any]  # per node
+    paths: list[Any]  # per node: its key path in the tree (first occurrence)
+    plain: list[Any]
+    plain_axes: list[Any]
+    plain_paths: list[Any]
+
+    def unflatten(self, nodes: Sequence[Any], plain: Sequence[Any]) -> Any:
+        leaves = [nodes[i] if is_n else plain[i] for is_n, i in self.slots]
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+def _leaves_with_axes(tree: Any, prefix: Any) -> tuple[Any, list[tuple[Any, Any, Any]]]:
+    """The tree's treedef (nodes as leaves) and ``(path, axis, leaf)`` for every leaf."""
+    prefix_def = jax.tree_util.tree_structure(prefix, is_leaf=is_prefix_leaf)
+    prefix_leaves = jax.tree_util.tree_leaves(prefix, is_leaf=is_prefix_leaf)
+    prefix_paths = [p for p, _ in jax.tree_util.tree_leaves_with_path(prefix, is_leaf=is_prefix_leaf)]
+    subtrees = prefix_def.flatten_up_to(tree)
+    out: list[tuple[Any, Any, Any]] = []
+    for base, axis, sub in zip(prefix_paths, prefix_leaves, subtrees, strict=True):
+        for path, leaf in jax.tree_util.tree_leaves_with_path(sub, is_leaf=is_node):
+            out.append(((*base, *path), axis, leaf))
+    treedef = jax.tree_util.tree_structure(tree, is_leaf=is_node)
+    return treedef, out
+
+
+def lower(tree: Any, prefix: Any, *, known: Sequence[Any] = ()) -> Lowered:
+    """Collect ``tree``'s graph nodes (deduplicated) and its other leaves with their axes.
+
+    A node in ``known`` (by identity) is recorded by its negative index ``-1 - i`` there:
+    it is an input returned as an output, not a new node.
+    """
+    treedef, leaves = _leaves_with_axes(tree, prefix)
+    known_ids = {id(n): i for i, n in enumerate(known)}
+    index: dict[int, int] = {}
+    lowered = Lowered(treedef, [], [], [], [], [], [], [])
+    for path, axis, leaf in leaves:
+        if is_node(leaf):
+            if id(leaf) in known_ids:
+                lowered.slots.append((True, -1 - known_ids[id(leaf)]))
+                continue
+            if id(leaf) not in index:
+                index[id(leaf)] = len(lowered.nodes)
+                lowered.nodes.append(leaf)
+                lowered.prefixes.append(axis)
+                lowered.paths.append(path)
+            lowered.slots.append((True, index[id(leaf)]))
+        else:
+            if isinstance(axis, StateAxes):
+                raise ValueError(
+                    "Cannot use StateAxes on non-graph nodes, "
+                    f"found {axis} args{jax.tree_util.keystr(path)}"
+                )
+            lowered.slots.append((False, len(lowered.plain)))
+            lowered.plain.append(leaf)
+            lowered.plain_axes.append(axis)
+            lowered.plain_paths.append(path)
+    return lowered
+
+
+def node_occurrences(tree: Any, prefix: Any) -> list[tuple[Any, Any, Any]]:
+    """``(path, axis, node)`` for every graph node leaf of ``tree`` (repeats included)."""
+    return [x for x in _leaves_with_axes(tree, prefix)[1] if is_node(x[2])]
+
+
+def check_aliasing(occurrences: Sequence[tuple[Any, Any, Any]]) -> None:
+    """Every Variable reachable from several places must get one axis everywhere."""
+    seen: dict[int, list[tuple[Path, Any]]] = {}
+    types: dict[int, str] = {}
+    for _, prefix, node in occurrences:
+        for path, value in graphlib.iter_graph(node):
+            if isinstance(value, Variable):
+                seen.setdefault(id(value), []).append((tuple(path), axis_of(prefix, tuple(path), value)))
+                types[id(value)] = type(value).__name__
+    conflicts = []
+    for key, paths_axes in seen.items():
+        distinct: list[Any] = []
+        for _, a in paths_axes:
+            if a not in distinct:
+                distinct.append(a)
+        if len(distinct) > 1:
+            conflicts.append((types[key], paths_axes))
+    if conflicts:
+        raise aliasing_error(conflicts)
+
+
+def check_no_duplicates(fn_name: str, groups: Sequence[tuple[str, Sequence[Any]]]) -> None:
+    """No Variable may be reached twice (tree mode, or ``graph_updates=False``).
+
+    ``groups`` are ``(label, [(path, axis, node), ...])``: the paths are reported as
+    ``label[...]``.
+    """
+    seen: dict[int, str] = {}
+    for label, occurrences in groups:
+        for base, _, node in occurrences:
+            for path, value in graphlib.iter_graph(node):
+                if not isinstance(value, Variable):
+                    continue
+                where = f"{label}{jax.tree_util.keystr(tuple(base))}" + "".join(
+                    f".{p}" if isinstance(p, str) else f"[{p}]" for p in path
+                )
+                if id(value) in seen:
+                    raise duplicate_error(fn_name, value, seen[id(value)], where)
+                seen[id(value)] = where
+
+
+def assign_variable(target: Any, source: Any) -> None:
+    """Copy ``source``'s value (and metadata) into the Variable ``target`` in place."""
+    update_from_state = getattr(target, "update_from_state", None)
+    if update_from_state is not None:
+        update_from_state(source)
+    else:
+        target.set_raw_value(source.get_raw_value())
+
+
+def write_back(nodes: Sequence[Any], split: Split, values: Sequence[Any]) -> None:
+    """Update the caller's ``nodes`` in place with the state ``split``/``values`` describe."""
+    per_node: dict[int, list[tuple[Path, Any]]] = {i: [] for i in range(len(nodes))}
+    for path, leaf in split.pairs(values):
+        per_node[path[0]].append((path[1:], leaf))
+    for i, node in enumerate(nodes):
+        pairs = per_node[i]
+        if isinstance(node, Variable):
+            for path, leaf in pairs:
+                if path == ():
+                    assign_variable(node, leaf)
+            continue
+        if pairs:
+            graphlib.update(node, State.from_flat_path(pairs))
+
+
+def metadata_hook(transform_metadata: Any, add: bool) -> Hook | None:
+    """``spmd.add_axis``/``remove_axis`` on the Variables of a mapped axis, when the
+    transform names a partition (``transform_metadata={nnx.PARTITION_NAME: ...}``)."""
+    name = getattr(spmd, "PARTITION_NAME", "partition_name")
+    fn = getattr(spmd, "add_axis" if add else "remove_axis", None)
+    if fn is None or name not in transform_metadata:
+        return None
+
+    def hook(variable: Any, axis: Any) -> Any:
+        if isinstance(axis, int):
+            result = fn(variable, axis, transform_metadata)
+            return variable if result is None else result
+        return variable
+
+    return hook

@@ -1,0 +1,248 @@
+"""``nnx.vmap`` and ``nnx.pmap``: ``pm.vmap``/``jax.pmap`` over the lowered graph state.
+
+The state of every graph node in the arguments is lowered to flat arrays, one axis each
+(see ``_iteration_lift``); the mapped function merges fresh objects from them, runs the
+user function, and returns the nodes' new state with the outputs. The outputs are grouped
+by axis, so the axes JAX needs up front are the distinct axes of the specs.
+"""
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+import pytreemod as pm
+
+from .. import graphlib
+from ..module import Module
+from ._iteration_axes import Carry, StateAxes, check_prefix, is_prefix_leaf
+from ._iteration_lift import (
+    Lowered,
+    Split,
+    check_aliasing,
+    check_no_duplicates,
+    lower,
+    metadata_hook,
+    node_occurrences,
+    split_nodes,
+    write_back,
+)
+
+
+def default_mode(graph: bool | None, graph_updates: bool | None) -> tuple[bool, bool]:
+    """``graph``/``graph_updates`` with ``None`` read from graphlib's current settings."""
+    if graph is None:
+        setting = getattr(graphlib, "set_graph_mode", None)
+        graph = True if setting is None else bool(setting.current_value())
+    if graph_updates is None:
+        setting = getattr(graphlib, "set_graph_updates", None)
+        graph_updates = True if setting is None else bool(setting.current_value())
+    return graph, graph_updates
+
+
+def reject_bound_method(f: Any, name: str) -> None:
+    """Flax's error for a bound method of a Module passed to a transform."""
+    inner = f
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    if inspect.ismethod(inner) and isinstance(inner.__self__, Module):
+        raise ValueError(
+            f"nnx.{name} does not support bound methods. "
+            f"Use the decorator form @nnx.{name} or call "
+            f"nnx.{name}(MyClass.method)(instance, ...) with the unbound method."
+        )
+
+
+def resolve_kwargs(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """``kwargs`` moved to their positions in ``f``'s signature."""
+    if not kwargs:
+        return args
+    if isinstance(f, functools.partial):
+        raise TypeError("keyword arguments could not be resolved to positions")
+    bound = inspect.signature(f).bind(*args, **kwargs)
+    bound.apply_defaults()
+    if bound.kwargs:
+        raise TypeError("keyword arguments could not be resolved to positions")
+    return tuple(bound.args)
+
+
+def spec_axes(*specs: Any) -> list[Any]:
+    """The distinct ints and ``None``s used by axes specs (StateAxes included)."""
+    found: list[Any] = [0]
+    for spec in specs:
+        for leaf in jax.tree_util.tree_leaves(spec, is_leaf=is_prefix_leaf):
+            for axis in leaf.axes if isinstance(leaf, StateAxes) else (leaf,):
+                if axis is not Carry and axis not in found:
+                    found.append(axis)
+    if None not in found:
+        found.append(None)
+    return found
+
+
+def group(values: Sequence[Any], axes: Sequence[Any], known: Sequence[Any]) -> tuple[list[Any], ...]:
+    """``values`` sorted into one list per axis of ``known``."""
+    groups: tuple[list[Any], ...] = tuple([] for _ in known)
+    for v, a in zip(values, axes, strict=True):
+        groups[known.index(a)].append(v)
+    return groups
+
+
+def ungroup(groups: Sequence[Sequence[Any]], axes: Sequence[Any], known: Sequence[Any]) -> list[Any]:
+    """The inverse of ``group``."""
+    cursors = [0] * len(known)
+    out = []
+    for a in axes:
+        k = known.index(a)
+        out.append(groups[k][cursors[k]])
+        cursors[k] += 1
+    return out
+
+
+def rebuild_output(out_low: Lowered, split: Split, values: Sequence[Any], inputs: Sequence[Any], plain: Sequence[Any]) -> Any:
+    """The output tree: new nodes merged from ``values``; inputs returned are the caller's."""
+    new_nodes = split.rebuild(values)
+    leaves = []
+    for is_node_slot, i in out_low.slots:
+        if not is_node_slot:
+            leaves.append(plain[i])
+        elif i < 0:
+            leaves.append(inputs[-1 - i])
+        else:
+            leaves.append(new_nodes[i])
+    return jax.tree_util.tree_unflatten(out_low.treedef, leaves)
+
+
+def check_outputs(
+    fn_name: str, graph: bool, graph_updates: bool, args: Any, in_axes: Any, out: Any, out_axes: Any
+) -> None:
+    """Aliasing rules between inputs and outputs (Flax's consistent-aliasing rules)."""
+    out_occurrences = node_occurrences(out, out_axes)
+    if graph and graph_updates:
+        check_aliasing(node_occurrences(args, in_axes) + out_occurrences)
+        return
+    in_occurrences = node_occurrences(args, in_axes)
+    check_no_duplicates(fn_name, [("args", in_occurrences), ("out", out_occurrences)])
+
+
+def check_inputs(fn_name: str, graph: bool, args: Any, in_axes: Any) -> None:
+    occurrences = node_occurrences(args, in_axes)
+    if graph:
+        check_aliasing(occurrences)
+    else:
+        check_no_duplicates(fn_name, [("args", occurrences)])
+
+
+def map_call(
+    mapper: Callable[..., Callable[..., Any]],
+    fn_name: str,
+    f: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    in_axes: Any,
+    out_axes: Any,
+    graph: bool,
+    graph_updates: bool,
+    transform_metadata: Any,
+) -> Any:
+    """Run ``f`` under ``mapper(fn, in_axes=, out_axes=)`` (vmap or pmap) on lowered state."""
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    check_inputs(fn_name, graph, args, in_axes)
+    low = lower(args, in_axes)
+    split, values = split_nodes(low.nodes, low.prefixes)
+    mapped = [i for i, a in enumerate(low.plain_axes) if a is not None]
+    known = spec_axes(in_axes, out_axes)
+    remove = metadata_hook(transform_metadata, add=False)
+    add = metadata_hook(transform_metadata, add=True)
+    record: dict[str, Any] = {}
+
+    def pure(state_values: list[Any], plain_values: list[Any]) -> tuple[list[Any], ...]:
+        plain = list(low.plain)
+        for i, v in zip(mapped, plain_values, strict=True):
+            plain[i] = v
+        nodes = split.rebuild(state_values, remove)
+        inner_args = low.unflatten(nodes, plain)
+        out = f(*inner_args)
+        check_outputs(fn_name, graph, graph_updates, inner_args, in_axes, out, out_axes)
+        after, after_values = split_nodes(nodes, low.prefixes, add)
+        out_low = lower(out, out_axes, known=nodes)
+        out_split, out_values = split_nodes(out_low.nodes, out_low.prefixes, add)
+        axes = after.axes() + out_split.axes() + list(out_low.plain_axes)
+        record.update(after=after, out_low=out_low, out_split=out_split, axes=axes)
+        return group(after_values + out_values + list(out_low.plain), axes, known)
+
+    groups = mapper(
+        pure,
+        in_axes=(split.axes(), [low.plain_axes[i] for i in mapped]),
+        out_axes=tuple(known),
+    )(values, [low.plain[i] for i in mapped])
+    flat = ungroup(groups, record["axes"], known)
+    after: Split = record["after"]
+    out_split: Split = record["out_split"]
+    n_after = sum(e.count for e in after.entries)
+    n_out = sum(e.count for e in out_split.entries)
+    write_back(low.nodes, after, flat[:n_after])
+    return rebuild_output(
+        record["out_low"],
+        out_split,
+        flat[n_after : n_after + n_out],
+        low.nodes,
+        flat[n_after + n_out :],
+    )
+
+
+def vmap_mapper(axis_name: Any, axis_size: int | None, spmd_axis_name: Any) -> Callable[..., Any]:
+    def mapper(fn: Callable[..., Any], *, in_axes: Any, out_axes: Any) -> Callable[..., Any]:
+        return pm.vmap(
+            fn,
+            in_axes=in_axes,
+            out_axes=out_axes,
+            axis_name=axis_name,
+            axis_size=axis_size,
+            spmd_axis_name=spmd_axis_name,
+        )
+
+    return mapper
+
+
+def pmap_mapper(**options: Any) -> Callable[..., Any]:
+    def mapper(fn: Callable[..., Any], *, in_axes: Any, out_axes: Any) -> Callable[..., Any]:
+        return jax.pmap(fn, in_axes=in_axes, out_axes=out_axes, **options)
+
+    return mapper
+
+
+def make_mapped(
+    f: Callable[..., Any],
+    fn_name: str,
+    mapper: Callable[..., Callable[..., Any]],
+    *,
+    in_axes: Any,
+    out_axes: Any,
+    graph: bool,
+    graph_updates: bool,
+    transform_metadata: Any,
+) -> Callable[..., Any]:
+    """The wrapper ``nnx.vmap``/``nnx.pmap`` return."""
+    reject_bound_method(f, fn_name)
+    check_prefix(in_axes, "in_axes", fn_name, graph, graph_updates)
+    check_prefix(out_axes, "out_axes", fn_name, graph, graph_updates)
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        call_args = resolve_kwargs(f, args, kwargs)
+        return map_call(
+            mapper,
+            fn_name,
+            f,
+            call_args,
+            in_axes=in_axes,
+            out_axes=out_axes,
+            graph=graph,
+            graph_updates=graph_updates,
+            transform_metadata=transform_metadata,
+        )
+
+    return wrapper

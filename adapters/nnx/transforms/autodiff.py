@@ -1,0 +1,360 @@
+"""``nnx.grad``, ``value_and_grad``, ``vjp``, ``jvp``, ``custom_vjp``, ``remat`` and
+``DiffState``.
+
+Graph mode with graph updates (the default): a Module argument named in ``argnums`` is
+differentiated in its ``nnx.Param``s (or the state a ``DiffState`` filter selects) and its
+gradient is a ``State``. With ``graph_updates=False`` or ``graph=False`` every
+floating-point Variable is differentiated and the gradient is a Module of gradients, as
+``jax.grad`` of a pytree. In every mode other changes the function makes to its
+arguments (batch statistics, RNG counts) are applied to the caller's objects.
+
+The JAX transforms run on the lowered state (``extract``): ``pm.grad``'s ``DiffState``
+selects by pytreemod filters over immutable modules, while NNX differentiates slots of a
+mutable graph, so ``jax.value_and_grad`` is used on the slots directly.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+import pytreemod as pm
+
+from .. import extract, graphlib
+from ..extract import NodeSlot, PrefixMapping, TreeState
+from ..statelib import State
+from ..variablelib import Param, Variable
+from .general import check_unbound, lifted_call
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffState(PrefixMapping):
+    """In ``argnums``: differentiate argument ``argnum`` in the state ``filter`` selects."""
+
+    argnum: int
+    filter: Any
+
+    def map_prefix(self, path: tuple[Any, ...], variable: Variable) -> Any:
+        return pm.to_filter(self.filter)(path, variable)
+
+
+def check_prefix(prefix: Any, prefix_name: str, fn_name: str, graph: bool, updates: bool) -> None:
+    """Flax's checks on a prefix argument (``argnums``, ``in_axes``, shardings)."""
+
+    def check(path: Any, leaf: Any) -> None:
+        where = jax.tree_util.keystr(path)
+        if isinstance(leaf, Variable):
+            raise ValueError(
+                f"Found Variable of type {type(leaf).__name__} at path {where} in "
+                f"`{prefix_name}` for nnx.{fn_name}. Variables prefixes are not supported."
+                "Pass a prefix for the entire Variable instead of passing a Variable with a "
+                "prefix for its value."
+            )
+        if isinstance(leaf, PrefixMapping) and not (graph and updates):
+            kind = type(leaf).__name__
+            raise ValueError(
+                f"`{prefix_name}` cannot contain `{kind}` objects when `graph=False` or "
+                "`graph_updates=False`. Consider the following options:\n\n"
+                f"1. Remove `{kind}` objects from `{prefix_name}`.\n"
+                "2. Enable graph mode and graph updates by passing graph=True and "
+                f"graph_updates=True to {fn_name} e.g.\n\n"
+                f"  nnx.{fn_name}(..., graph=True, graph_updates=True)\n\n"
+                f"3. Use nnx.compat.{fn_name} instead e.g.\n\n  nnx.compat.{fn_name}(...)"
+            )
+        if graph and graphlib.is_graph_node(leaf):
+            raise ValueError(
+                f"Found graph node of type {type(leaf).__name__} at path {where} in "
+                f"`{prefix_name}` for nnx.{fn_name}. Graph nodes are not allowed as prefixes "
+                "when graph=True.Consider the following options:\n\n"
+                f"1. Remove graph nodes from `{prefix_name}`.\n"
+                f"2. Enable tree mode by passing graph=False to {fn_name} e.g.\n\n"
+                f"  nnx.{fn_name}(..., graph=False)\n\n"
+                "3. If you using nnx.prefix to create the prefix, pass graph=True:\n\n"
+                "  prefix = nnx.prefix(..., graph=True)"
+            )
+        if isinstance(leaf, TreeState) and (not graph or updates):
+            msg = (
+                f"Found `TreeState` object at path {where} in `{prefix_name}` for "
+                f"nnx.{fn_name}. `TreeState` objects are only allowed as prefixes when "
+                "`graph=True` and `graph_updates=False`.Consider the following options:\n\n"
+                "1. Enable graph mode and graph updates by passing graph=True and "
+                f"graph_updates=True to {fn_name} e.g.\n\n"
+                f"  nnx.{fn_name}(..., graph=True, graph_updates=True)\n\n"
+                f"2. Use nnx.compat.{fn_name} instead e.g.\n\n  nnx.compat.{fn_name}(...)"
+            )
+            if updates:
+                msg += (
+                    "\n\n3. If you using nnx.prefix to create the prefix, pass graph=False:"
+                    "\n\n  prefix = nnx.prefix(..., graph=False)"
+                )
+            raise ValueError(msg)
+
+    jax.tree_util.tree_map_with_path(
+        check,
+        prefix,
+        is_leaf=lambda x: x is None
+        or isinstance(x, (Variable, PrefixMapping, TreeState))
+        or graphlib.is_graph_node(x),
+    )
+
+
+def _argnum_specs(argnums: Any, graph_updates: bool) -> dict[int, Any]:
+    """``{argnum: filter}``; ``None`` means the whole argument (tree-mode rules)."""
+    items = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
+    specs: dict[int, Any] = {}
+    for item in items:
+        index = item.argnum if isinstance(item, DiffState) else item
+        if index in specs:
+            raise ValueError(f"argnum {index} is repeated in argnums")
+        if isinstance(item, DiffState):
+            specs[index] = item.filter
+        else:
+            specs[index] = Param if graph_updates else None
+    return specs
+
+
+def _grad_general(
+    f: Callable[..., Any],
+    argnums: Any,
+    has_aux: bool,
+    holomorphic: bool,
+    allow_int: bool,
+    return_value: bool,
+    graph: bool,
+    graph_updates: bool,
+) -> Callable[..., Any]:
+    check_prefix(argnums, "argnums", "grad", graph, graph_updates)
+    specs = _argnum_specs(argnums, graph_updates)
+    single = not isinstance(argnums, (tuple, list))
+    positions = tuple(specs)
+    name = "grad"
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        n = len(args)
+        diff = {i % n: spec for i, spec in specs.items()}
+
+        def n_groups(keypath: Any) -> int:
+            return 2 if keypath[0].idx == 0 and keypath[1].idx in diff else 1
+
+        def group(keypath: Any, path: Any, leaf: Any) -> int:
+            if keypath[0].idx != 0 or keypath[1].idx not in diff:
+                return 0
+            spec = diff[keypath[1].idx]
+            if spec is None:
+                return 0
+            # A Variable passed as an int argnum is differentiated whole (any type).
+            if path == () and isinstance(leaf, Variable) and not _is_diffstate(argnums, keypath):
+                return 0
+            return 0 if pm.to_filter(spec)(path, leaf) else 1
+
+        (pargs, pkwargs), lowered = extract.lower(
+            (args, kwargs),
+            graph=graph,
+            graph_updates=graph_updates,
+            name=name,
+            group=group,
+            n_groups=n_groups,
+        )
+        call_args = list(pargs)
+        rest: dict[int, Any] = {}
+        for i in diff:
+            call_args[i] = _strip(call_args[i], rest)
+
+        def pure(*all_args: Any) -> Any:
+            *inner_args, rest_in, inner_kwargs = all_args
+            inner_args = [_unstrip(a, rest_in) for a in inner_args]
+            (a, k), raised = extract.raise_inputs(
+                (tuple(inner_args), inner_kwargs),
+                graph=graph,
+                graph_updates=graph_updates,
+                name=name,
+            )
+            out = f(*a, **k)
+            if has_aux:
+                loss, aux = out
+                updates, aux_out = raised.lower_outputs(aux)
+                return loss, (updates, aux_out)
+            updates, _ = raised.lower_outputs(None)
+            return out, (updates, None)
+
+        transform = jax.value_and_grad if return_value else jax.grad
+        jax_argnums = tuple(i % n for i in positions)
+        result = transform(
+            pure,
+            argnums=jax_argnums[0] if single else jax_argnums,
+            has_aux=True,
+            holomorphic=holomorphic,
+            allow_int=allow_int,
+        )(*call_args, rest, pkwargs)
+        if return_value:
+            (loss, (updates, aux)), grads = result
+        else:
+            grads, (updates, aux) = result
+        aux = lowered.finish(updates, aux)
+        grads = _process_grads(grads, single, lowered, pargs, graph_updates)
+        if return_value:
+            return ((loss, aux) if has_aux else loss), grads
+        return (grads, aux) if has_aux else grads
+
+    return wrapper
+
+
+def _is_diffstate(argnums: Any, keypath: Any) -> bool:
+    items = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
+    return any(isinstance(x, DiffState) and x.argnum == keypath[1].idx for x in items)
+
+
+def _strip(tree: Any, rest: dict[int, Any]) -> Any:
+    def strip(x: Any) -> Any:
+        if isinstance(x, NodeSlot) and len(x.groups) == 2:
+            rest[x.info.index] = x.groups[1]
+            return NodeSlot(x.info, (x.groups[0],), x.meta)
+        return x
+
+    return jax.tree.map(strip, tree, is_leaf=extract.is_slot)
+
+
+def _unstrip(tree: Any, rest: dict[int, Any]) -> Any:
+    def unstrip(x: Any) -> Any:
+        if isinstance(x, NodeSlot) and x.info.index in rest:
+            return NodeSlot(x.info, (x.groups[0], rest[x.info.index]), x.meta)
+        return x
+
+    return jax.tree.map(unstrip, tree, is_leaf=extract.is_slot)
+
+
+def _process_grads(
+    grads: Any, single: bool, lowered: Any, pargs: Sequence[Any], graph_updates: bool
+) -> Any:
+    """Slots of gradients as NNX returns them: a ``State`` (graph updates), the Variable
+    itself for a Variable argument, or otherwise a rebuilt object of gradients."""
+
+    def convert(x: Any) -> Any:
+        if not isinstance(x, NodeSlot):
+            return x
+        node = lowered.nodes[x.info.index]
+        if isinstance(node, Variable):
+            return x.groups[0][0]
+        if graph_updates:
+            return State.from_flat_path(dict(zip(x.info.paths[0], x.groups[0])))
+        return _rebuild(x, lowered, pargs)
+
+    tree = grads if not single else (grads,)
+    out = tuple(jax.tree.map(convert, g, is_leaf=extract.is_slot) for g in tree)
+    return out[0] if single else out
+
+
+def _rebuild(slot: NodeSlot, lowered: Any, pargs: Sequence[Any]) -> Any:
+    joint: dict[Any, Any] = {}
+    graphdef = None
+    for s in jax.tree.leaves(pargs, is_leaf=extract.is_slot):
+        if not isinstance(s, NodeSlot):
+            continue
+        if s.info.graphdef is not None:
+            graphdef = s.info.graphdef
+        for paths, values in zip(s.info.paths, s.groups):
+            for path, value in zip(paths, values):
+                joint[(s.info.index, *path)] = value
+    for path, value in zip(slot.info.paths[0], slot.groups[0]):
+        joint[(slot.info.index, *path)] = value
+    nodes = graphlib.merge(graphdef, State.from_flat_path(joint))
+    return nodes[slot.info.index]
+
+
+def grad(
+    f: Any = extract.Missing,
+    *,
+    argnums: int | DiffState | Sequence[int | DiffState] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+    reduce_axes: Sequence[Any] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.grad`` over functions of Modules (see the module docstring for modes).
+
+    ``argnums`` takes ints and ``DiffState(argnum, filter)``; in graph mode an int
+    differentiates a Module's ``nnx.Param``s and its gradient is a ``State``.
+    """
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    if f is extract.Missing:
+        return functools.partial(
+            grad,
+            argnums=argnums,
+            has_aux=has_aux,
+            holomorphic=holomorphic,
+            allow_int=allow_int,
+            graph=graph,
+            graph_updates=updates,
+        )
+    check_unbound(f, "grad")
+    return _grad_general(f, argnums, has_aux, holomorphic, allow_int, False, graph, updates)
+
+
+def value_and_grad(
+    f: Any = extract.Missing,
+    *,
+    argnums: int | DiffState | Sequence[int | DiffState] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+    reduce_axes: Sequence[Any] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.value_and_grad`` over functions of Modules; ``argnums`` as for ``grad``."""
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    if f is extract.Missing:
+        return functools.partial(
+            value_and_grad,
+            argnums=argnums,
+            has_aux=has_aux,
+            holomorphic=holomorphic,
+            allow_int=allow_int,
+            graph=graph,
+            graph_updates=updates,
+        )
+    check_unbound(f, "value_and_grad")
+    return _grad_general(f, argnums, has_aux, holomorphic, allow_int, True, graph, updates)
+
+
+def remat(
+    f: Any = extract.Missing,
+    *,
+    prevent_cse: bool = True,
+    static_argnums: int | tuple[int, ...] = (),
+    policy: Callable[..., bool] | None = None,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.checkpoint`` over functions of Modules: intermediates are recomputed in the
+    backward pass; changes to the arguments are applied after the call."""
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    if f is extract.Missing:
+        return functools.partial(
+            remat,
+            prevent_cse=prevent_cse,
+            static_argnums=static_argnums,
+            policy=policy,
+            graph=graph,
+            graph_updates=updates,
+        )
+    check_unbound(f, "remat")
+    fun = f
+
+    def transform(pure: Callable[..., Any]) -> Callable[..., Any]:
+        return jax.checkpoint(
+            pure, prevent_cse=prevent_cse, static_argnums=static_argnums, policy=policy
+        )
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return lifted_call(
+            transform, fun, args, kwargs, graph=graph, graph_updates=updates, name="remat"
+        )
+
+    return wrapper

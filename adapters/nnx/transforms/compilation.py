@@ -1,0 +1,424 @@
+"""``nnx.jit``, ``nnx.jit_partial``, ``nnx.shard_map`` and ``StateSharding``.
+
+Each is a JAX transform of a pure function plus the lower/raise/finish steps of
+``extract``: the graph nodes among the arguments cross the boundary as ``NodeSlot``s
+(their Variables), the function runs on rebuilt objects, and the Variables it changed are
+written back into the caller's. ``jax.jit`` is used directly rather than ``pm.jit``:
+NNX's jit traces Python scalars (``pm.jit`` makes them static) and takes shardings,
+``static_argnums`` and ``donate_argnames`` as ``jax.jit`` does.
+"""
+
+import functools
+import inspect
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import jax
+
+import pytreemod as pm
+
+from .. import extract
+from ..extract import NodeSlot, PrefixMapping, TreeState
+from ..statelib import to_flat_state
+from ..variablelib import Variable
+from .general import raise_bound_method_error, resolve_bound_callable
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class StateSharding(PrefixMapping):
+    """A sharding per filter for one node's state, used in ``in_shardings``/``out_shardings``."""
+
+    def __init__(self, filter_sharding: Mapping[Any, Any] | Iterable[tuple[Any, Any]], /) -> None:
+        items = tuple(
+            filter_sharding.items() if isinstance(filter_sharding, Mapping) else filter_sharding
+        )
+        self._filters = tuple(f for f, _ in items)
+        self._shardings = tuple(s for _, s in items)
+
+    @property
+    def filters(self) -> tuple[Any, ...]:
+        return self._filters
+
+    @property
+    def shardings(self) -> tuple[Any, ...]:
+        return self._shardings
+
+    def map_prefix(self, path: tuple[Any, ...], variable: Variable) -> Any:
+        for f, sharding in zip(self._filters, self._shardings):
+            if pm.to_filter(f)(path, variable):
+                return sharding
+        raise ValueError(f"No axis found for {path=}, {variable=}")
+
+    def group(self, path: tuple[Any, ...], leaf: Any) -> int:
+        for i, f in enumerate(self._filters):
+            if pm.to_filter(f)(path, leaf):
+                return i
+        raise ValueError(f"No axis found for {path=}, variable={leaf!r}")
+
+    def __repr__(self) -> str:
+        return f"StateSharding({dict(zip(self._filters, self._shardings))})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, StateSharding)
+            and self._filters == other._filters
+            and self._shardings == other._shardings
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._filters, self._shardings))
+
+
+def _is_prefix_leaf(x: Any) -> bool:
+    return isinstance(x, (StateSharding, TreeState))
+
+
+def to_jax_prefix(tree: Any) -> Any:
+    """A sharding (or axes) prefix as JAX sees it: a ``StateSharding`` becomes a slot
+    with one entry per filter group, a ``TreeState`` (from ``nnx.prefix``) one per
+    Variable."""
+
+    def convert(x: Any) -> Any:
+        if isinstance(x, StateSharding):
+            return NodeSlot(None, x.shardings, x)
+        if isinstance(x, TreeState):
+            return NodeSlot(None, (tuple(v for _, v in to_flat_state(x.state)),))
+        return x
+
+    return jax.tree.map(convert, tree, is_leaf=_is_prefix_leaf)
+
+
+def _index_tuple(x: Any) -> tuple[int, ...]:
+    if x is None:
+        return ()
+    try:
+        return (operator.index(x),)
+    except TypeError:
+        return tuple(map(operator.index, x))
+
+
+def _str_tuple(x: Any) -> tuple[str, ...]:
+    if x is None:
+        return ()
+    return (x,) if isinstance(x, str) else tuple(x)
+
+
+def resolve_argnums(
+    fun: Callable[..., Any], nums: Any, names: Any
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """``(argnums, argnames)`` each completed from the other through ``fun``'s signature
+    (as ``jax.jit`` does for ``static_argnums``/``static_argnames``)."""
+    argnums, argnames = _index_tuple(nums), _str_tuple(names)
+    try:
+        params = list(inspect.signature(fun).parameters.items())
+    except (TypeError, ValueError):
+        return argnums, argnames
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    if nums is None and names is not None:
+        argnums = tuple(i for i, (k, p) in enumerate(params) if p.kind == positional and k in argnames)
+    elif names is None and nums is not None:
+        argnames = tuple(k for i, (k, p) in enumerate(params) if p.kind == positional and i in argnums)
+    return argnums, argnames
+
+
+class JitWrapped(Generic[P, R]):
+    """The result of ``nnx.jit``: call it, or ``.lower``/``.trace``/``.eval_shape`` it."""
+
+    def __init__(
+        self,
+        fun: Callable[P, R],
+        *,
+        in_shardings: Any,
+        out_shardings: Any,
+        static_argnums: Any,
+        static_argnames: Any,
+        donate_argnums: Any,
+        donate_argnames: Any,
+        keep_unused: bool,
+        device: Any,
+        backend: Any,
+        inline: bool,
+        graph: bool,
+        graph_updates: bool,
+        partial_args: tuple[Any, ...] = (),
+    ) -> None:
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.graph, self.graph_updates = graph, graph_updates
+        self.partial_args = partial_args
+        self.static_nums, self.static_names = resolve_argnums(fun, static_argnums, static_argnames)
+        self.donate_nums, self.donate_names = resolve_argnums(fun, donate_argnums, donate_argnames)
+        self.in_shardings = in_shardings
+        self.has_state_sharding = any(
+            isinstance(x, StateSharding)
+            for x in jax.tree.leaves(in_shardings, is_leaf=_is_prefix_leaf)
+        )
+
+        def pure(*args: Any, **kwargs: Any) -> Any:
+            (args, kwargs), raised = extract.raise_inputs(
+                (args, kwargs), graph=graph, graph_updates=graph_updates, name="jit"
+            )
+            return raised.lower_outputs(fun(*args, **kwargs))
+
+        functools.update_wrapper(pure, fun)
+        options: dict[str, Any] = {}
+        if in_shardings is not None:
+            options["in_shardings"] = to_jax_prefix(in_shardings)
+        if out_shardings is not None:
+            options["out_shardings"] = (None, to_jax_prefix(out_shardings))
+        self.jitted = jax.jit(
+            pure,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+            donate_argnames=donate_argnames,
+            keep_unused=keep_unused,
+            device=device,
+            backend=backend,
+            inline=inline,
+            **options,
+        )
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def _lower(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        args = (*self.partial_args, *args)
+        n = len(args)
+        static = {i % n for i in self.static_nums if -n <= i < n}
+        dyn_pos = [i for i in range(n) if i not in static]
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_names}
+        donate = {i % n for i in self.donate_nums if -n <= i < n}
+
+        def position(keypath: Any) -> Any:
+            if keypath[0].idx == 0:
+                return dyn_pos[keypath[1].idx]
+            return keypath[1].key
+
+        def keep_all(keypath: Any) -> bool:
+            where = position(keypath)
+            return where in donate or where in self.donate_names
+
+        node_prefix = self._node_prefixes(args, dyn_pos) if self.has_state_sharding else None
+
+        def group(keypath: Any, path: Any, leaf: Any) -> int:
+            p = node_prefix(keypath) if node_prefix else None
+            return p.group(path, leaf) if isinstance(p, StateSharding) else 0
+
+        def n_groups(keypath: Any) -> int:
+            p = node_prefix(keypath) if node_prefix else None
+            return len(p.filters) if isinstance(p, StateSharding) else 1
+
+        def meta(keypath: Any) -> Any:
+            p = node_prefix(keypath) if node_prefix else None
+            return p if isinstance(p, StateSharding) else None
+
+        (pargs, pkwargs), lowered = extract.lower(
+            (tuple(args[i] for i in dyn_pos), dyn_kwargs),
+            graph=self.graph,
+            graph_updates=self.graph_updates,
+            name="jit",
+            keep_all=keep_all if donate or self.donate_names else None,
+            group=group if node_prefix else None,
+            n_groups=n_groups if node_prefix else None,
+            meta=meta if node_prefix else None,
+        )
+        full = list(args)
+        for i, x in zip(dyn_pos, pargs):
+            full[i] = x
+        return tuple(full), {**kwargs, **pkwargs}, lowered
+
+    def _node_prefixes(self, args: tuple[Any, ...], dyn_pos: list[int]) -> Callable[[Any], Any]:
+        shardings = self.in_shardings
+        if isinstance(shardings, (tuple, list)):
+            per_arg = list(shardings)
+        else:
+            per_arg = [shardings] * len(args)
+
+        def lookup(keypath: Any) -> Any:
+            if keypath[0].idx != 0:
+                return None
+            arg = args[dyn_pos[keypath[1].idx]]
+            p = per_arg[keypath[1].idx] if keypath[1].idx < len(per_arg) else None
+            if isinstance(p, StateSharding) or p is None:
+                return p
+            flat = extract.broadcast_prefix(
+                p, arg, prefix_is_leaf=lambda x: x is None or _is_prefix_leaf(x)
+            )
+            leaves = jax.tree_util.tree_leaves(arg, is_leaf=extract.is_node_leaf)
+            target = _follow(arg, keypath[2:])
+            for leaf, pre in zip(leaves, flat):
+                if leaf is target:
+                    return pre
+            return None
+
+        return lookup
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        pargs, pkwargs, lowered = self._lower(args, kwargs)
+        updates, out = self.jitted(*pargs, **pkwargs)
+        return lowered.finish(updates, out)
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        pargs, pkwargs, _ = self._lower(args, kwargs)
+        _, out = self.jitted.eval_shape(*pargs, **pkwargs)
+        return extract.raise_outputs(out)
+
+    def trace(self, *args: Any, **kwargs: Any) -> "Traced":
+        pargs, pkwargs, _ = self._lower(args, kwargs)
+        return Traced(self.jitted.trace(*pargs, **pkwargs), self)
+
+    def lower(self, *args: Any, **kwargs: Any) -> "Lowered":
+        pargs, pkwargs, _ = self._lower(args, kwargs)
+        return Lowered(self.jitted.lower(*pargs, **pkwargs), self)
+
+
+class Stage:
+    """A stage of ahead-of-time compilation of an ``nnx.jit`` function: JAX's own
+    object (its other attributes are JAX's), and the function that lowers arguments."""
+
+    def __init__(self, inner: Any, wrapped: JitWrapped[..., Any]) -> None:
+        self._inner = inner
+        self._wrapped = wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class Compiled(Stage):
+    """``nnx.jit(f).lower(...).compile()``: call it with the original arguments."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        pargs, pkwargs, lowered = self._wrapped._lower(args, kwargs)
+        static = set(self._wrapped.static_nums)
+        pargs = tuple(a for i, a in enumerate(pargs) if i not in static)
+        pkwargs = {k: v for k, v in pkwargs.items() if k not in self._wrapped.static_names}
+        updates, out = self._inner(*pargs, **pkwargs)
+        return lowered.finish(updates, out)
+
+
+class Lowered(Stage):
+    """``nnx.jit(f).lower(...)``."""
+
+    def compile(self, *args: Any, **kwargs: Any) -> Compiled:
+        return Compiled(self._inner.compile(*args, **kwargs), self._wrapped)
+
+
+class Traced(Stage):
+    """``nnx.jit(f).trace(...)``."""
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        return Lowered(self._inner.lower(*args, **kwargs), self._wrapped)
+
+
+def _follow(tree: Any, keypath: Sequence[Any]) -> Any:
+    for k in keypath:
+        if isinstance(k, jax.tree_util.SequenceKey):
+            tree = tree[k.idx]
+        elif isinstance(k, jax.tree_util.DictKey):
+            tree = tree[k.key]
+        elif isinstance(k, jax.tree_util.GetAttrKey):
+            tree = getattr(tree, k.name)
+    return tree
+
+
+def jit(
+    fun: Any = extract.Missing,
+    *,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Iterable[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Iterable[str] | None = None,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    inline: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.jit`` over functions of Modules: graph nodes among the arguments keep their
+    identity, and changes made to them inside (Variable values; in graph-update mode also
+    new attributes) are applied to the caller's objects after the call.
+
+    Args: as ``jax.jit``'s; ``in_shardings``/``out_shardings`` also accept
+    ``StateSharding`` and ``nnx.prefix`` trees in a node's place. ``graph`` and
+    ``graph_updates`` choose Flax's mode (default: ``set_graph_mode``/``set_graph_updates``).
+    """
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    if fun is extract.Missing:
+        return functools.partial(
+            jit,
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+            donate_argnames=donate_argnames,
+            keep_unused=keep_unused,
+            device=device,
+            backend=backend,
+            inline=inline,
+            graph=graph,
+            graph_updates=updates,
+        )
+    fun, _, was_bound = resolve_bound_callable(fun)
+    if was_bound:
+        raise_bound_method_error("jit")
+    return JitWrapped(
+        fun,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
+        keep_unused=keep_unused,
+        device=device,
+        backend=backend,
+        inline=inline,
+        graph=graph,
+        graph_updates=updates,
+    )
+
+
+def jit_partial(
+    fun: Callable[..., Any],
+    *partial_args: Any,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Iterable[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Iterable[str] | None = None,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    inline: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``nnx.jit(fun)`` with ``partial_args`` bound as its first arguments."""
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    return JitWrapped(
+        fun,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
+        keep_unused=keep_unused,
+        device=device,
+        backend=backend,
+        inline=inline,
+        graph=graph,
+        graph_updates=updates,
+        partial_args=partial_args,
+    )

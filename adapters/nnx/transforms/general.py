@@ -1,0 +1,127 @@
+"""Pieces shared by NNX's transforms: the lifted call (lower, transform, finish),
+``split_inputs``/``merge_inputs``, ``resolve_kwargs`` and bound-method detection."""
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .. import extract
+from ..graphlib import GraphNode
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def resolve_bound_callable(f: Callable[..., Any]) -> tuple[Callable[..., Any], Any, bool]:
+    """``(unbound function, bound object or None, whether f was a Module's bound method)``,
+    looking through ``functools.partial`` layers (which are kept)."""
+    layers: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    g: Any = f
+    while isinstance(g, functools.partial):
+        layers.append((g.args or (), g.keywords or {}))
+        g = g.func
+    bound = getattr(g, "__self__", None)
+    was_bound = inspect.ismethod(g) and isinstance(bound, GraphNode)
+    if not was_bound:
+        return f, None, False
+    g = g.__func__
+    for args, kwargs in reversed(layers):
+        g = functools.partial(g, *args, **kwargs)
+    return g, bound, True
+
+
+def raise_bound_method_error(transform_name: str) -> None:
+    """Flax's error for a Module's bound method given to a transform."""
+    raise ValueError(
+        f"nnx.{transform_name} does not support bound methods. "
+        f"Use the decorator form @nnx.{transform_name} or call "
+        f"nnx.{transform_name}(MyClass.method)(instance, ...) with the unbound method."
+    )
+
+
+def check_unbound(f: Callable[..., Any], transform_name: str) -> Callable[..., Any]:
+    """``f`` itself; Flax's error if it is a Module's bound method."""
+    if resolve_bound_callable(f)[2]:
+        raise_bound_method_error(transform_name)
+    return f
+
+
+def resolve_kwargs(
+    fun: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    """``args`` with ``kwargs`` moved to their positions in ``fun``'s signature."""
+    if not kwargs:
+        return args
+    signature = inspect.signature(fun)
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    for name, param in signature.parameters.items():
+        if param.kind == inspect.Parameter.KEYWORD_ONLY or param.kind == param.VAR_KEYWORD:
+            raise ValueError(f"Keyword-only arguments are not supported, got {name!r}.")
+    return tuple(bound.args)
+
+
+def lifted_call(
+    transform: Callable[[Callable[..., Any]], Callable[..., Any]],
+    f: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    graph: bool,
+    graph_updates: bool,
+    name: str,
+    keep_all: bool = False,
+) -> Any:
+    """``transform(pure)(*args, **kwargs)`` where ``pure`` is ``f`` on objects rebuilt
+    from lowered arguments; changes to the arguments are applied after the call.
+    ``keep_all`` returns every Variable (branches of ``cond`` must agree)."""
+    (pargs, pkwargs), lowered = extract.lower(
+        (args, kwargs),
+        graph=graph,
+        graph_updates=graph_updates,
+        name=name,
+        keep_all=(lambda _: True) if keep_all else None,
+    )
+
+    def pure(*pargs: Any, **pkwargs: Any) -> Any:
+        (a, k), raised = extract.raise_inputs(
+            (pargs, pkwargs), graph=graph, graph_updates=graph_updates, name=name
+        )
+        return raised.lower_outputs(f(*a, **k))
+
+    updates, out = transform(pure)(*pargs, **pkwargs)
+    return lowered.finish(updates, out)
+
+
+def split_inputs(f: Any = extract.Missing, *, ctxtag: str = "split_merge_inputs") -> Any:
+    """Lift ``f`` (a JAX transform applied to functions of arrays) to take graph nodes:
+    the nodes among its arguments are lowered; functions passed to it must be wrapped
+    with ``merge_inputs``. Changes made inside are applied to the caller's objects."""
+    if f is extract.Missing:
+        return functools.partial(split_inputs, ctxtag=ctxtag)
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        (pargs, pkwargs), lowered = extract.lower(
+            (args, kwargs), graph=True, graph_updates=True, name="split_inputs",
+            keep_all=lambda _: True,
+        )
+        updates, out = f(*pargs, **pkwargs)
+        return lowered.finish(updates, out)
+
+    return wrapper
+
+
+def merge_inputs(f: Any = extract.Missing, *, ctxtag: str = "split_merge_inputs") -> Any:
+    """The inner half of ``split_inputs``: rebuild the nodes, call ``f``, lower the result."""
+    if f is extract.Missing:
+        return functools.partial(merge_inputs, ctxtag=ctxtag)
+
+    @functools.wraps(f)
+    def wrapper(*pargs: Any, **pkwargs: Any) -> Any:
+        (a, k), raised = extract.raise_inputs(
+            (pargs, pkwargs), graph=True, graph_updates=True, name="merge_inputs"
+        )
+        return raised.lower_outputs(f(*a, **k))
+
+    return wrapper
