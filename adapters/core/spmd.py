@@ -42,15 +42,15 @@ def from_sharding_rules(sharding: Sequence[Any], sharding_rules: LogicalRules) -
     return tuple(rules[str(s)] if s and str(s) in rules else s for s in sharding)
 
 
-def _map_sharding(f: Callable[[Any], Any], sharding: Any) -> Any:
-    """``sharding`` (names, ``PartitionSpec``, ``NamedSharding`` or ``Format``) with ``f``
-    applied to each entry of its spec."""
+def _map_spec(f: Callable[[tuple[Any, ...]], tuple[Any, ...]], sharding: Any) -> Any:
+    """``sharding`` (names, ``PartitionSpec``, ``NamedSharding`` or ``Format``) with its
+    spec's entries replaced by ``f(entries)``."""
     if isinstance(sharding, PartitionSpec | tuple):
-        return PartitionSpec(*map(f, sharding))
+        return PartitionSpec(*f(tuple(sharding)))
     if isinstance(sharding, NamedSharding):
-        return NamedSharding(sharding.mesh, _map_sharding(f, sharding.spec))
+        return NamedSharding(sharding.mesh, _map_spec(f, sharding.spec))
     if isinstance(sharding, Format):
-        return Format(sharding.layout, _map_sharding(f, sharding.sharding))
+        return Format(sharding.layout, _map_spec(f, sharding.sharding))
     return None
 
 
@@ -66,10 +66,8 @@ def apply_rules(sharding: Any, sharding_rules: LogicalRules | None) -> Any:
     """``sharding`` with each name renamed by the active rules plus ``sharding_rules``
     (names without a rule are kept: they are mesh axis names)."""
     context = get_logical_axis_rules()
-    rules = (
-        dict(composite_rules(context, sharding_rules or ())) if context or sharding_rules else {}
-    )
-    return _map_sharding(lambda name: rules.get(name, name), sharding)
+    rules = composite_rules(context, sharding_rules or ()) if context or sharding_rules else ()
+    return _map_spec(lambda names: from_sharding_rules(names, rules), sharding)
 
 
 def shard_value(

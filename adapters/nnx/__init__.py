@@ -137,6 +137,7 @@ from .variablelib import use_eager_sharding as use_eager_sharding
 from .variablelib import using_eager_sharding as using_eager_sharding
 
 # --- transforms (extract, transforms/) ---
+from . import compat as compat
 from . import extract as extract
 from .extract import NodeStates as NodeStates
 from .extract import from_tree as from_tree
@@ -149,7 +150,11 @@ from .transforms.autodiff import value_and_grad as value_and_grad
 from .transforms.compilation import StateSharding as StateSharding
 from .transforms.compilation import jit as jit
 from .transforms.compilation import jit_partial as jit_partial
+from .transforms.transforms import checkify as checkify
+from .transforms.transforms import cond as cond
 from .transforms.transforms import eval_shape as eval_shape
+from .transforms.transforms import make_jaxpr as make_jaxpr
+from .transforms.transforms import switch as switch
 
 # --- layers (nn/) ---
 from .nn import initializers as initializers

@@ -100,17 +100,9 @@ def check_no_aliases(fn_name: str, /, *, check: Iterable[str] = (), **trees: Any
 
 
 def _variables_with_paths(tree: Any) -> list[tuple[KeyPath, Variable]]:
-    out: list[tuple[KeyPath, Variable]] = []
-    leaves = jax.tree_util.tree_leaves_with_path(tree, is_leaf=is_node_leaf)
-    for path, leaf in leaves:
-        if isinstance(leaf, Variable):
-            out.append((path, leaf))
-        elif is_node_leaf(leaf):
-            for sub, value in graphlib.iter_graph(leaf):
-                if isinstance(value, Variable):
-                    keys = tuple(jax.tree_util.DictKey(k) for k in sub)
-                    out.append(((*path, *keys), value))
-    return out
+    """Every Variable leaf of ``tree`` as a pytree (Modules are pytrees), repeats kept."""
+    leaves = jax.tree_util.tree_leaves_with_path(tree, is_leaf=lambda x: isinstance(x, Variable))
+    return [(path, leaf) for path, leaf in leaves if isinstance(leaf, Variable)]
 
 
 class PrefixMapping:

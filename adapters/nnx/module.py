@@ -7,6 +7,7 @@ copies sharing the arrays, and ``iter_modules`` walks the submodules.
 
 import functools
 import inspect
+import itertools
 import types
 import typing
 import warnings
@@ -17,9 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import pytreemod as pm
-
-from . import graphlib, pytreelib, variablelib
+from . import filterlib, graphlib, pytreelib, variablelib
 from .pytreelib import Pytree, PytreeMeta
 from .statelib import State, split_state
 from .variablelib import Variable
@@ -92,11 +91,11 @@ class Module(Pytree, metaclass=ModuleMeta):
         when it captures no ``variable_type``), or (deprecated) into an attribute ``name``
         holding a ``variable_type`` Variable, combining with ``reduce_fn``."""
         variable_type = _variable_type(variable_type)
-        if hasattr(self, "__captures__"):
-            for var in self.__captures__:
+        captures = getattr(self, "__captures__", None)
+        if captures is not None:
+            for var in captures:
                 if type(var) is variable_type:
-                    store = var.get_value()
-                    store[name] = reduce_fn(store[name] if name in store else init_fn(), value)
+                    var[name] = reduce_fn(var[name] if name in var else init_fn(), value)
                     return True
             return False
         if hasattr(self, name):
@@ -122,13 +121,13 @@ class Module(Pytree, metaclass=ModuleMeta):
         variable_type = _variable_type(
             _perturbation_type() if variable_type is None else variable_type
         )
-        if hasattr(self, "__captures__"):
-            for var in self.__captures__:
+        captures = getattr(self, "__captures__", None)
+        if captures is not None:
+            for var in captures:
                 if type(var) is variable_type:
-                    store = var.get_value()
-                    if name not in store:
-                        store[name] = jax.tree.map(jnp.zeros_like, value)
-                    return store[name] + value
+                    if name not in var:
+                        var[name] = jax.tree.map(jnp.zeros_like, value)
+                    return var[name] + value
             return value
         if hasattr(self, name):
             var = getattr(self, name)
@@ -174,7 +173,7 @@ class Module(Pytree, metaclass=ModuleMeta):
         """Set ``attributes`` in place on every module (this one included) that matches one
         of ``filters`` and already has them."""
         remaining = set(attributes)
-        predicates = [pm.to_filter(f) for f in (filters or (True,))]
+        predicates = [filterlib.to_predicate(f) for f in (filters or (True,))]
         for path, module in iter_modules(self, graph=graph):
             for predicate in predicates:
                 if predicate(path, module):
@@ -245,7 +244,7 @@ def view(
 ) -> A:
     """A copy of ``node`` (sharing its arrays) on which each matching module's ``set_view``
     was called with the keyword arguments it accepts; unused keys raise ``ValueError``."""
-    predicate = pm.to_filter(only)
+    predicate = filterlib.to_predicate(only)
     remaining = set(kwargs)
 
     def set_view(path: PathParts, x: Any) -> Any:
@@ -275,7 +274,7 @@ def with_attributes(
 ) -> A:
     """A copy of ``node`` (sharing its arrays) with ``attributes`` set on every matching
     module that has them; the original is unchanged."""
-    predicate = pm.to_filter(only)
+    predicate = filterlib.to_predicate(only)
     remaining = set(attributes)
 
     def set_attrs(path: PathParts, x: Any) -> Any:
@@ -289,29 +288,39 @@ def with_attributes(
     out = graphlib.recursive_map(set_attrs, node, graph=graph)
     if remaining and raise_if_not_found:
         raise ValueError(
-            "Could not find at least one instance of the "
-            f"following attributes: {sorted(remaining)}"
+            f"Could not find at least one instance of the following attributes: {sorted(remaining)}"
         )
     return out
 
 
 def _parse_docstring_args(doc: str) -> dict[str, str]:
-    """``{name: description}`` of the entries of a Google-style ``Args:`` section."""
+    """``{name: description}`` of the entries of a Google-style ``Args:`` section (each
+    entry starts at the section's indentation; its description lines are reindented to 4
+    spaces)."""
     lines = doc.split("\n")
-    starts = [i for i, line in enumerate(lines) if line.startswith("  ") and not line.startswith("    ")]
+    first = next((line for line in lines if line.strip()), "")
+    indent = len(first) - len(first.lstrip(" "))
+    starts = [
+        i
+        for i, line in enumerate(lines)
+        if line.strip() and len(line) - len(line.lstrip(" ")) == indent
+    ]
     starts.append(len(lines))
     out: dict[str, str] = {}
-    for start, end in zip(starts[:-1], starts[1:], strict=True):
+    for start, end in itertools.pairwise(starts):
         colon = lines[start].find(":")
         name = lines[start][:colon].strip()
-        desc = [" " * 4 + lines[start][colon + 1 :].strip(), *lines[start + 1 : end]]
-        out[name] = "\n".join(desc)
+        rest = [
+            " " * 4 + line[indent + 2 :] if line.strip() else line
+            for line in lines[start + 1 : end]
+        ]
+        out[name] = "\n".join([" " * 4 + lines[start][colon + 1 :].strip(), *rest])
     return out
 
 
 def view_info(node: Any, /, *, only: Any = ..., graph: bool | None = None) -> str:
     """The ``set_view`` arguments of every module class in ``node`` (with their docs)."""
-    predicate = pm.to_filter(only)
+    predicate = filterlib.to_predicate(only)
     classes: set[type] = set()
 
     def collect(path: PathParts, x: Any) -> Any:
@@ -358,6 +367,7 @@ def capture(
         all_types = (fn, *var_types)
         return lambda actual: capture(actual, *all_types, init=init, method_outputs=method_outputs)
     bound: Any = None
+    call_fn: Any = fn
     if inspect.ismethod(fn) and isinstance(fn.__self__, Module):
         bound = fn.__self__
     elif isinstance(fn, Module):
@@ -375,7 +385,7 @@ def capture(
             for _, m in iter_modules(module):
                 _add_capturing(type(m), method_outputs)
         try:
-            result = fn(*args, **kwargs)
+            result = call_fn(*args, **kwargs)
         finally:
             for _, m in iter_modules(module):
                 _remove_capturing(type(m))
@@ -416,7 +426,7 @@ def _extract_captures(module: Any, state: State, var_types: set[type]) -> None:
                 if part not in current:
                     current[part] = State({})
                 current = current[part]
-            for key, value in var.get_value().items():
+            for key, value in var.items():
                 current[key] = type(var)(value)
         delattr(mod, "__captures__")
 
@@ -497,5 +507,3 @@ def _python_numbers(init: Callable[..., None]) -> Callable[..., None]:
         init(*args, **kwargs)
 
     return __init__
-
-

@@ -11,21 +11,24 @@ forces static. A static attribute must not hold data (an error says how to fix i
 
 import copy
 import dataclasses
+import inspect
+import threading
 import typing
 import warnings
 from abc import ABCMeta
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, NamedTuple, TypeVar
 
 import jax
-import jax.extend
+import numpy as np
 
 from .. import config
 from ..errors import TraceContextError
 from ..typing import MISSING, Missing
-from . import graphlib
+from . import graphlib, reprlib
 from .graphlib import HashableMapping, is_graph_node, is_node_leaf
-from .variablelib import Variable
+from .tracers import TraceState
+from .variablelib import RngState, Variable
 
 A = TypeVar("A")
 P = TypeVar("P", bound="Pytree")
@@ -124,44 +127,10 @@ def dataclass(
 # ----------------------------------------------------------------------------- trace state
 
 
-def _current_trace() -> Any:
-    return jax.extend.core.get_opaque_trace_state(convention="nnx")
-
-
-class TraceState:
-    """The JAX trace an object was created under; mutation from another trace is refused."""
-
-    __slots__ = ("_jax_trace",)
-
-    def __init__(self) -> None:
-        self._jax_trace = _current_trace()
-
-    @property
-    def jax_trace(self) -> Any:
-        """The opaque JAX trace state."""
-        return self._jax_trace
-
-    def is_valid(self) -> bool:
-        """Whether the current trace is the one this object was created under."""
-        return self._jax_trace == _current_trace()
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TraceState) and self._jax_trace == other._jax_trace
-
-    def __hash__(self) -> int:
-        return 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._jax_trace = _current_trace()
-
-
 class PytreeState:
     """Per-object bookkeeping (``_pytree__state``): the trace it belongs to."""
 
-    __slots__ = ("_trace_state", "_initializing", "_is_setup")
+    __slots__ = ("_initializing", "_is_setup", "_trace_state")
 
     def __init__(self, initializing: bool = False, is_setup: bool = False) -> None:
         self._trace_state = TraceState()
@@ -213,7 +182,7 @@ class PytreeMeta(ABCMeta):
     """Metaclass: sets up the bookkeeping before ``__init__`` and checks after it."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        node = cls.__new__(cls, *args, **kwargs)  # type: ignore[call-overload]
+        node: Any = cls.__new__(cls, *args, **kwargs)  # type: ignore[call-overload]
         object.__setattr__(node, "_pytree__state", PytreeState())
         object.__setattr__(node, "_pytree__nodes", cls._pytree__nodes)  # type: ignore[attr-defined]
         cls._pytree_meta_construct(node, *args, **kwargs)
@@ -242,7 +211,7 @@ def _class_nodes(cls: type) -> dict[str, bool]:
     try:
         hints = typing.get_type_hints(cls, None, {cls.__name__: cls}, include_extras=True)
     except Exception:
-        hints = dict(cls.__dict__.get("__annotations__", {}))
+        hints = dict(inspect.get_annotations(cls))
     for name, hint in hints.items():
         status = _annotation_status(hint)
         if status is not None:
@@ -308,7 +277,6 @@ def _base_pytree_name(obj: Any) -> str:
     return "Pytree"
 
 
-
 def _fix_options(obj: Any, key: str, value: Any) -> str:
     name, base = type(obj).__name__, _base_pytree_name(obj)
     return (
@@ -349,7 +317,7 @@ def _unexpected_data_error(obj: Any, key: str, value: Any) -> ValueError:
     )
 
 
-class Pytree(metaclass=PytreeMeta):
+class Pytree(reprlib.Representable, metaclass=PytreeMeta):
     """Base class of NNX objects: graph nodes, and JAX pytrees unless ``pytree=False``."""
 
     _pytree__nodes: HashableMapping
@@ -482,8 +450,8 @@ class Pytree(metaclass=PytreeMeta):
             object.__setattr__(self, "_pytree__nodes", HashableMapping(kept, copy=False))
         object.__delattr__(self, name)
 
-    def __repr__(self) -> str:
-        return _object_repr(self)
+    def __nnx_repr__(self) -> Iterator[Any]:
+        return _pytree_nnx_repr(self)
 
     # ------------------------------------------------------------------ pytree protocol
 
@@ -509,9 +477,7 @@ class Pytree(metaclass=PytreeMeta):
         data_items, aux = self._pytree__split()
         children = [
             (
-                jax.tree_util.GetAttrKey(k)
-                if isinstance(k, str)
-                else jax.tree_util.SequenceKey(k),
+                jax.tree_util.GetAttrKey(k) if isinstance(k, str) else jax.tree_util.SequenceKey(k),
                 v,
             )
             for k, v in data_items
@@ -593,36 +559,118 @@ class Object(Pytree, pytree=False):
 # ----------------------------------------------------------------------------- repr
 
 
-def _short(value: Any) -> str:
-    shape = getattr(value, "shape", None)
-    if shape is not None and hasattr(value, "dtype") and not isinstance(value, Variable):
-        size = 1
-        for d in shape:
-            size *= d
-        if size > 1:
-            return f"Array(shape={tuple(shape)}, dtype={value.dtype})"
-    return repr(value)
+def _bytes_text(nbytes: int) -> str:
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+        if nbytes > scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes:,} B"
 
 
-_REPR_SEEN: set[int] = set()
+def _size_of(value: Any) -> tuple[int, int]:
+    size = nbytes = 0
+    for leaf in jax.tree.leaves(value):
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            n = int(np.prod(leaf.shape))
+            size += n
+            dtype = np.dtype(leaf.dtype) if isinstance(leaf.dtype, str) else leaf.dtype
+            nbytes += n * int(getattr(dtype, "itemsize", 0))
+    return size, nbytes
 
 
-def _object_repr(obj: Any) -> str:
-    if id(obj) in _REPR_SEEN:
-        return f"{type(obj).__name__}(...)"
-    _REPR_SEEN.add(id(obj))
+def _collect_stats(node: Any, stats: dict[int, dict[type, tuple[int, int]]]) -> None:
+    """Per object: ``{Variable type: (elements, bytes)}`` over its subgraph."""
+    if id(node) in stats:
+        return
+    own: dict[type, tuple[int, int]] = {}
+    stats[id(node)] = own
+    if isinstance(node, Variable):
+        var_type = node.var_type
+        if issubclass(var_type, RngState):
+            var_type = RngState
+        size = _size_of(node.get_raw_value())
+        if size[0]:
+            own[var_type] = size
+        return
+    impl = graphlib.get_node_impl(node)
+    if impl is None:
+        return
+    for value in impl.node_dict(node).values():
+        if id(value) in stats or not (graphlib.is_node(value) or isinstance(value, Variable)):
+            continue
+        _collect_stats(value, stats)
+        for t, (n, b) in stats[id(value)].items():
+            n0, b0 = own.get(t, (0, 0))
+            own[t] = (n0 + n, b0 + b)
+
+
+class _ReprContext(threading.local):
+    def __init__(self) -> None:
+        self.seen: set[int] | None = None
+        self.stats: dict[int, dict[type, tuple[int, int]]] | None = None
+
+
+_REPR = _ReprContext()
+
+
+def _stats_comment(stats: dict[type, tuple[int, int]]) -> str:
+    if not stats:
+        return ""
+    parts = [f"{t.__name__}: {n:,} ({_bytes_text(b)})" for t, (n, b) in stats.items()]
+    text = " # " + ", ".join(parts)
+    if len(stats) > 1:
+        n = sum(v[0] for v in stats.values())
+        b = sum(v[1] for v in stats.values())
+        text += f", Total: {n:,} ({_bytes_text(b)})"
+    return text
+
+
+class _ArrayRepr(reprlib.Representable):
+    def __init__(self, shape: tuple[int, ...], dtype: Any, kind: str) -> None:
+        self.shape, self.dtype, self.kind = shape, dtype, kind
+
+    def __nnx_repr__(self) -> Iterator[Any]:
+        yield reprlib.Object(type=self.kind, same_line=True)
+        yield reprlib.Attr("shape", self.shape)
+        yield reprlib.Attr("dtype", self.dtype)
+
+
+def _to_shape_dtype(x: Any) -> Any:
+    if isinstance(x, Variable):
+        value = jax.tree.map(_to_shape_dtype, x.get_raw_value())
+        return x.var_type.from_metadata(value, x.get_metadata())
+    if isinstance(x, (np.ndarray, jax.Array)) and np.prod(x.shape) > 1:
+        kind = "ArrayRef" if graphlib.is_array_ref(x) else "Array"
+        return _ArrayRepr(x.shape, x.dtype, kind)
+    return x
+
+
+def _pytree_nnx_repr(obj: Any) -> Iterator[Any]:
+    clear_stats = _REPR.stats is None or id(obj) not in _REPR.stats
+    if clear_stats:
+        _REPR.stats = {}
+        _collect_stats(obj, _REPR.stats)
+    assert _REPR.stats is not None
+    stats = _REPR.stats[id(obj)]
+    clear_seen = _REPR.seen is None
+    if clear_seen:
+        _REPR.seen = set()
+    assert _REPR.seen is not None
     try:
-        lines = []
+        if id(obj) in _REPR.seen:
+            yield reprlib.Object(type=type(obj), empty_repr="...")
+            return
+        yield reprlib.Object(type=type(obj), comment=_stats_comment(stats))
+        _REPR.seen.add(id(obj))
         nodes = obj._pytree__nodes
         for name, value in vars(obj).items():
             if name.startswith("_pytree__"):
                 continue
             if name.startswith("_") and not nodes.get(name, False):
                 continue
-            text = _short(value).replace("\n", "\n  ")
-            lines.append(f"  {name}={text}")
-        if not lines:
-            return f"{type(obj).__name__}()"
-        return f"{type(obj).__name__}(\n" + ",\n".join(lines) + "\n)"
+            value = jax.tree.map(_to_shape_dtype, value, is_leaf=graphlib.is_graph_node)
+            yield reprlib.Attr(name, value)
     finally:
-        _REPR_SEEN.discard(id(obj))
+        if clear_seen:
+            _REPR.seen = None
+        if clear_stats:
+            _REPR.stats = None

@@ -17,7 +17,7 @@ the streams in place and return a ``SplitBackups`` that ``restore_rngs`` (or lea
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Literal, TypeVar, cast
+from typing import Any, ClassVar, Literal, TypeVar, cast, overload
 
 import jax
 import jax.numpy as jnp
@@ -456,6 +456,59 @@ def _decorator(
     return decorate
 
 
+@overload
+def split_rngs(
+    node: A,
+    /,
+    *,
+    splits: SplitShape,
+    only: Filter = ...,
+    squeeze: bool = False,
+    graph: Literal[False],
+    graph_updates: bool | None = None,
+) -> A: ...
+@overload
+def split_rngs(
+    node: A,
+    /,
+    *,
+    splits: SplitShape,
+    only: Filter = ...,
+    squeeze: bool = False,
+    graph: Literal[True] | None = None,
+    graph_updates: Literal[False],
+) -> A: ...
+@overload
+def split_rngs(
+    node: Any,
+    /,
+    *,
+    splits: SplitShape,
+    only: Filter = ...,
+    squeeze: bool = False,
+    graph: Literal[True] | None = None,
+    graph_updates: Literal[True] | None = None,
+) -> SplitBackups: ...
+@overload
+def split_rngs(
+    *,
+    splits: SplitShape,
+    only: Filter = ...,
+    squeeze: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Callable[[F], F]: ...
+@overload
+def split_rngs(
+    node: Any,
+    /,
+    *,
+    splits: SplitShape,
+    only: Filter = ...,
+    squeeze: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any: ...
 def split_rngs(
     node: Any = MISSING,
     /,
@@ -492,6 +545,49 @@ def split_rngs(
     return _split_copy(node, splits, only, squeeze, graph)
 
 
+@overload
+def fork_rngs(
+    node: A,
+    /,
+    *,
+    split: Mapping[Filter, SplitShape | None] | SplitShape | None = None,
+    graph: Literal[False],
+    graph_updates: bool | None = None,
+) -> A: ...
+@overload
+def fork_rngs(
+    node: A,
+    /,
+    *,
+    split: Mapping[Filter, SplitShape | None] | SplitShape | None = None,
+    graph: Literal[True] | None = None,
+    graph_updates: Literal[False],
+) -> A: ...
+@overload
+def fork_rngs(
+    node: Any,
+    /,
+    *,
+    split: Mapping[Filter, SplitShape | None] | SplitShape | None = None,
+    graph: Literal[True] | None = None,
+    graph_updates: Literal[True] | None = None,
+) -> SplitBackups: ...
+@overload
+def fork_rngs(
+    *,
+    split: Mapping[Filter, SplitShape | None] | SplitShape | None = None,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Callable[[F], F]: ...
+@overload
+def fork_rngs(
+    node: Any,
+    /,
+    *,
+    split: Mapping[Filter, SplitShape | None] | SplitShape | None = None,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any: ...
 def fork_rngs(
     node: Any = MISSING,
     /,

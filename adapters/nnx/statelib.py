@@ -10,6 +10,7 @@ Filters here are NNX's (``filterlib.to_predicate``): a string is a tag, a type i
 ``isinstance``; a leaf goes to the first filter that matches it.
 """
 
+import sys
 import typing as tp
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
@@ -47,6 +48,9 @@ SetValueFn = Callable[[Any, Any], Any]
 
 
 def _deprecated(name: str) -> None:
+    # Flax's own code does not call these; adapters' and pytreemod's code may, silently.
+    if sys._getframe(2).f_code.co_filename.startswith(variablelib._LIBRARY_DIRS):
+        return
     warnings.warn(
         "`flax.nnx.State` will be deprecated and be replaced by the built-in "
         f"Python dict. Please use the equivalent `nnx.{name}` instead.",

@@ -220,7 +220,7 @@ def _recorder(function: Callable[..., Any], rec: _Recording) -> Callable[..., An
     runs under ``jax.jit``."""
     name = function.__name__
 
-    @functools.partial(jax.jit, static_argnums=0)
+    @jax.jit
     def jitted(graphdef: Any, state: Any) -> Any:
         args, kwargs = graphlib.merge(graphdef, state)
         return function(*args, **kwargs)

@@ -184,6 +184,18 @@ def _current_defaults() -> VarDefaults:
     )
 
 
+@tp.overload
+def var_defaults() -> VarDefaults: ...
+
+
+@tp.overload
+def var_defaults(*, hijax: bool, ref: bool | None = None) -> VarDefaultsContext: ...
+
+
+@tp.overload
+def var_defaults(*, hijax: bool | None = None, ref: bool) -> VarDefaultsContext: ...
+
+
 def var_defaults(
     *, hijax: bool | None = None, ref: bool | None = None
 ) -> VarDefaults | VarDefaultsContext:
@@ -725,8 +737,13 @@ class Variable(
             value = jax.new_ref(value)
         return self.from_metadata(_copy_tree(value), metadata)
 
-    replace = copy
-    to_state = copy
+    def replace(self, value: Any = MISSING, **updates: Any) -> Any:
+        """Same as ``copy``."""
+        return self.copy(value, **updates)
+
+    def to_state(self, value: Any = MISSING, **updates: Any) -> Any:
+        """Same as ``copy`` (kept from the old ``VariableState`` API)."""
+        return self.copy(value, **updates)
 
     @classmethod
     def _new(cls, value: Any, metadata: dict[str, Any]) -> "Variable[Any]":
@@ -825,6 +842,60 @@ class Variable(
     def __round__(self, ndigits: int = 0) -> Any:
         return self.get_value().__round__(ndigits)  # type: ignore[attr-defined]
 
+    __add__ = _binary_op("__add__")
+    __sub__ = _binary_op("__sub__")
+    __mul__ = _binary_op("__mul__")
+    __matmul__ = _binary_op("__matmul__")
+    __truediv__ = _binary_op("__truediv__")
+    __floordiv__ = _binary_op("__floordiv__")
+    __mod__ = _binary_op("__mod__")
+    __pow__ = _binary_op("__pow__")
+    __lshift__ = _binary_op("__lshift__")
+    __rshift__ = _binary_op("__rshift__")
+    __and__ = _binary_op("__and__")
+    __xor__ = _binary_op("__xor__")
+    __or__ = _binary_op("__or__")
+    __radd__ = _binary_op("__radd__")
+    __rsub__ = _binary_op("__rsub__")
+    __rmul__ = _binary_op("__rmul__")
+    __rmatmul__ = _binary_op("__rmatmul__")
+    __rtruediv__ = _binary_op("__rtruediv__")
+    __rfloordiv__ = _binary_op("__rfloordiv__")
+    __rmod__ = _binary_op("__rmod__")
+    __rpow__ = _binary_op("__rpow__")
+    __rlshift__ = _binary_op("__rlshift__")
+    __rrshift__ = _binary_op("__rrshift__")
+    __rand__ = _binary_op("__rand__")
+    __rxor__ = _binary_op("__rxor__")
+    __ror__ = _binary_op("__ror__")
+
+    __neg__ = _unary_op("__neg__")
+    __pos__ = _unary_op("__pos__")
+    __abs__ = _unary_op("__abs__")
+    __invert__ = _unary_op("__invert__")
+    __complex__ = _unary_op("__complex__")
+    __int__ = _unary_op("__int__")
+    __float__ = _unary_op("__float__")
+    __index__ = _unary_op("__index__")
+    __trunc__ = _unary_op("__trunc__")
+    __floor__ = _unary_op("__floor__")
+    __ceil__ = _unary_op("__ceil__")
+
+    # Flax removed in-place operators: `v += 1` would rebind the name to an array.
+    __iadd__ = _no_inplace("__iadd__", "variable[...] += x")
+    __isub__ = _no_inplace("__isub__", "variable[...] -= x")
+    __imul__ = _no_inplace("__imul__", "variable[...] *= x")
+    __imatmul__ = _no_inplace("__imatmul__", "variable.value @= x")
+    __itruediv__ = _no_inplace("__itruediv__", "variable.value /= x")
+    __ifloordiv__ = _no_inplace("__ifloordiv__", "variable.value //= x`")
+    __imod__ = _no_inplace("__imod__", "variable.value %= x")
+    __ipow__ = _no_inplace("__ipow__", "variable.value **= x`")
+    __ilshift__ = _no_inplace("__ilshift__", "variable.value <<= x`")
+    __irshift__ = _no_inplace("__irshift__", "variable.value >>= x`")
+    __iand__ = _no_inplace("__iand__", "variable.value &= x")
+    __ixor__ = _no_inplace("__ixor__", "variable.value ^= x")
+    __ior__ = _no_inplace("__ior__", "variable.value |= x")
+
 
 _LIBRARY_DIRS = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (pm, sys.modules["adapters"]) if m.__file__
@@ -847,31 +918,6 @@ def _same_array_type(value: Any, raw: jax.Array) -> bool:
         and value.dtype == raw.dtype
         and getattr(value, "sharding", None) == getattr(raw, "sharding", None)
     )
-
-
-for _name in (
-    "add sub mul matmul truediv floordiv mod pow lshift rshift and xor or "
-    "radd rsub rmul rmatmul rtruediv rfloordiv rmod rpow rlshift rrshift rand rxor ror"
-).split():
-    setattr(Variable, f"__{_name}__", _binary_op(f"__{_name}__"))
-for _name in "neg pos abs invert complex int float index trunc floor ceil".split():
-    setattr(Variable, f"__{_name}__", _unary_op(f"__{_name}__"))
-for _name, _spelled in (
-    ("iadd", "variable[...] += x"),
-    ("isub", "variable[...] -= x"),
-    ("imul", "variable[...] *= x"),
-    ("imatmul", "variable.value @= x"),
-    ("itruediv", "variable.value /= x"),
-    ("ifloordiv", "variable.value //= x`"),
-    ("imod", "variable.value %= x"),
-    ("ipow", "variable.value **= x`"),
-    ("ilshift", "variable.value <<= x`"),
-    ("irshift", "variable.value >>= x`"),
-    ("iand", "variable.value &= x"),
-    ("ixor", "variable.value ^= x"),
-    ("ior", "variable.value |= x"),
-):
-    setattr(Variable, f"__{_name}__", _no_inplace(f"__{_name}__", _spelled))
 
 
 def _take_variable_metadata(

@@ -4,7 +4,7 @@ module (``bridge.Module``)."""
 from collections.abc import Callable
 
 from ... import linen
-from .. import graphlib, rnglib
+from .. import graphlib, rnglib, statelib
 from ..module import Module
 from . import module as bdg_module
 from . import wrappers
@@ -46,7 +46,7 @@ def nnx_in_bridge_mdl(factory: Callable[[rnglib.Rngs], Module], name: str | None
         module = eval_shape(factory, rngs, graph=True)
 
         @jit
-        def rng_state(rngs: rnglib.Rngs) -> graphlib.State:
+        def rng_state(rngs: rnglib.Rngs) -> statelib.State:
             return graphlib.state(factory(rngs), rnglib.RngState, graph=True)
 
         if scope.rngs:

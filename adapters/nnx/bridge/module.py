@@ -27,7 +27,7 @@ import numpy as np
 
 from ... import errors
 from ...core import FrozenDict, meta
-from .. import graphlib, pytreelib, rnglib, statelib, variablelib
+from .. import graphlib, pytreelib, rnglib, statelib, traversals, variablelib
 from .. import module as nnx_module
 from . import variables as bridge_variables
 
@@ -293,7 +293,7 @@ class Module(nnx_module.Module, metaclass=ModuleMeta):
             else:
                 leaf = bridge_variables.to_linen_var(variable)
             flat.setdefault(collection, {})[tuple(path)] = leaf
-        return {c: _unflatten(f) for c, f in flat.items()}
+        return {c: traversals.unflatten_mapping(f) for c, f in flat.items()}
 
     @property
     def variables(self) -> FrozenDict:
@@ -371,16 +371,6 @@ def _checked_value(name: str, value: Any, abstract: Any) -> Any:
         abstract.raw_value = value
         return abstract
     return value
-
-
-def _unflatten(flat: Mapping[tuple[Any, ...], Any]) -> dict[Any, Any]:
-    out: dict[Any, Any] = {}
-    for path, leaf in flat.items():
-        node = out
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = leaf
-    return out
 
 
 def _as_rngs(rngs: Any) -> rnglib.Rngs:

@@ -17,9 +17,8 @@ import jax
 
 import pytreemod as pm
 
-from ... import traverse_util
 from ...core import meta
-from .. import spmd, variablelib
+from .. import spmd, traversals, variablelib
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -181,9 +180,9 @@ def to_nnx_var(col: str, x: Any) -> variablelib.Variable:
 
 def _recursive_merge(dict1: Mapping[Any, Any], dict2: Mapping[Any, Any]) -> dict[Any, Any]:
     """``dict1`` updated leaf by leaf with ``dict2``."""
-    flat = dict(traverse_util.flatten_dict(dict1))
-    flat.update(traverse_util.flatten_dict(dict2))
-    return traverse_util.unflatten_dict(flat)
+    flat = dict(traversals.flatten_mapping(dict1))
+    flat.update(traversals.flatten_mapping(dict2))
+    return traversals.unflatten_mapping(flat)
 
 
 def linen_vars_to_nnx_attrs(variables: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,24 +195,24 @@ def linen_vars_to_nnx_attrs(variables: Mapping[str, Any]) -> dict[str, Any]:
     )
     flat: dict[tuple[Any, ...], Any] = {}
     for collection in converted.values():
-        for path, variable in traverse_util.flatten_dict(collection).items():
+        for path, variable in traversals.flatten_mapping(collection).items():
             if path in flat:
                 raise ValueError(
                     f"Found duplicate variable path {path} with variables {flat[path]} and "
                     f"{variable}. This is not allowed in NNX."
                 )
             flat[path] = variable
-    return traverse_util.unflatten_dict(flat)
+    return traversals.unflatten_mapping(flat)
 
 
 def nnx_attrs_to_linen_vars(nnx_attrs: Mapping[str, Any]) -> dict[str, Any]:
     """A nested dict of NNX Variables as a Linen variables dict ``{collection: ...}``."""
     by_path = {}
-    for path, v in traverse_util.flatten_dict(nnx_attrs).items():
+    for path, v in traversals.flatten_mapping(nnx_attrs).items():
         if not isinstance(v, variablelib.Variable):
             raise ValueError(f"Cannot infer collection name from value: {v}")
         by_path[(_name_from_type(type(v)), *path)] = to_linen_var(v)
-    return traverse_util.unflatten_dict(by_path)
+    return traversals.unflatten_mapping(by_path)
 
 
 def with_partitioning(

@@ -20,9 +20,9 @@ from typing import Any, Generic, TypeVar
 
 import jax
 
-from ... import core, linen, traverse_util
+from ... import core, linen
 from ...core import FrozenDict, meta
-from .. import filterlib, graphlib, pytreelib, rnglib, statelib, variablelib
+from .. import filterlib, graphlib, pytreelib, rnglib, statelib, traversals, variablelib
 from ..module import Module
 from ..rnglib import Rngs
 from . import module as bdg_module
@@ -300,8 +300,8 @@ class ToLinen(linen.Module):
             is_leaf=lambda x: isinstance(x, meta.AxisMetadata),
         )
         new_state = statelib.merge_state(*(collections or [{}]))
-        incoming = traverse_util.flatten_dict(statelib.to_pure_dict(new_state))
-        current = traverse_util.flatten_dict(statelib.to_pure_dict(graphlib.state(module)))
+        incoming = traversals.flatten_mapping(new_state)
+        current = traversals.flatten_mapping(graphlib.state(module))
         unknown = [path for path in incoming if path not in current]
         if unknown:
             listed = "".join(f"\n  - {'/'.join(map(str, p))}" for p in unknown)
@@ -340,7 +340,7 @@ class ToLinen(linen.Module):
         for collection, flat in by_collection.items():
             if not self.is_mutable_collection(collection):
                 continue
-            tree = traverse_util.unflatten_dict(flat)
+            tree = traversals.unflatten_mapping(flat)
             tree = jax.tree.map(
                 self._linen_value, tree, is_leaf=lambda x: isinstance(x, variablelib.Variable)
             )

@@ -21,7 +21,7 @@ from ._api import as_pure as as_pure
 from ._api import call as call
 from ._api import clone as clone
 from ._api import graphdef as graphdef
-from ._api import map as map  # noqa: A004 (Flax's name)
+from ._api import map as map
 from ._api import merge as merge
 from ._api import pop as pop
 from ._api import pure as pure
@@ -81,8 +81,8 @@ from ._nodes import IndexMap as IndexMap
 from ._nodes import NodeImpl as NodeImpl
 from ._nodes import NodeImplBase as NodeImplBase
 from ._nodes import NoUpdate as NoUpdate
-from ._nodes import PytreeNodeImpl as PytreeNodeImpl
 from ._nodes import PythonRefMap as PythonRefMap
+from ._nodes import PytreeNodeImpl as PytreeNodeImpl
 from ._nodes import RefMap as RefMap
 from ._nodes import Repeated as Repeated
 from ._nodes import Static as Static

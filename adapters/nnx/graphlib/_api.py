@@ -6,9 +6,7 @@ from typing import Any, Generic, TypeVar
 
 import jax
 
-import pytreemod as pm
-
-from .. import statelib
+from .. import filterlib, statelib
 from ..statelib import State
 from ..variablelib import Variable
 from ._context import _merge_to_flat_state, _split_state, _to_nested_state
@@ -25,7 +23,6 @@ from ._nodes import (
     is_node_leaf,
 )
 from ._state import (
-    FlatState,
     copy_variable,
     from_flat_state,
     map_state,
@@ -75,7 +72,9 @@ def merge(
         graphdef = graphdef_or_graphstate
         all_states = states
     else:
-        raise TypeError(f"Expected a GraphDef or GraphState object, got: {graphdef_or_graphstate!r}")
+        raise TypeError(
+            f"Expected a GraphDef or GraphState object, got: {graphdef_or_graphstate!r}"
+        )
     if not all_states:
         raise TypeError("merge() missing 1 required positional argument: 'state'")
     if isinstance(all_states[0], list):
@@ -148,9 +147,7 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
         if isinstance(node, Variable):
             non_empty = [s for s in (state, *states) if not isinstance(s, Mapping) or s]
             if len(non_empty) != 1:
-                raise ValueError(
-                    f"Expected exactly one non-empty state, got: {(state, *states)!r}"
-                )
+                raise ValueError(f"Expected exactly one non-empty state, got: {(state, *states)!r}")
             state = non_empty[0]
         else:
             state = statelib.merge_state(state, *states)
@@ -219,7 +216,7 @@ def pop(node: Any, *filters: Any) -> Any:
     per filter)."""
     if not filters:
         raise ValueError("Expected at least one filter")
-    predicates = tuple(pm.to_filter(f) for f in filters)
+    predicates = tuple(filterlib.to_predicate(f) for f in filters)
     flat_states: tuple[dict[PathParts, Any], ...] = tuple({} for _ in predicates)
     _graph_pop(node, set(), (), flat_states, predicates)
     states = tuple(from_flat_state(fs) for fs in flat_states)
@@ -317,7 +314,7 @@ def unpack(node: Any, *filters: Any, graph: bool | None = None) -> Any:
     return tuple(GraphState(graphdef_, s) for s in states)
 
 
-def map(  # noqa: A001 (Flax's name)
+def map(
     f: Callable[[PathParts, Any], Any],
     node: Any,
     /,

@@ -124,14 +124,14 @@ class _ConfigContext:
         return wrapper
 
 
-class set_graph_mode(_ConfigContext):  # noqa: N801 (Flax's name)
+class set_graph_mode(_ConfigContext):
     """Default of the ``graph=`` argument of the NNX APIs (graph mode vs tree mode)."""
 
     _flag = "nnx_graph_mode"
     _stack_name = "graph_mode"
 
 
-class set_graph_updates(_ConfigContext):  # noqa: N801 (Flax's name)
+class set_graph_updates(_ConfigContext):
     """Default of the ``graph_updates=`` argument of the NNX transforms."""
 
     _flag = "nnx_graph_updates"

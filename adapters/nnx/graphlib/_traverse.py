@@ -5,8 +5,7 @@ from typing import Any
 
 import jax
 
-import pytreemod as pm
-
+from .. import filterlib
 from ..variablelib import Variable
 from ._api import clone, map
 from ._flatten import (
@@ -196,9 +195,7 @@ def _recursive_map_tree(f: Callable[[PathParts, Any], Any], root: Any) -> Any:
             _check_duplicate(current, path, seen_refs, "recursive_map")
             return f(path, current)
         if id(current) in in_progress:
-            raise _cycle_error(
-                current, in_progress[id(current)], _str_path(path), "recursive_map"
-            )
+            raise _cycle_error(current, in_progress[id(current)], _str_path(path), "recursive_map")
         in_progress[id(current)] = _str_path(path)
         children, treedef = jax.tree_util.tree_flatten_with_path(
             current, is_leaf=lambda x: x is not current
@@ -215,7 +212,7 @@ def find_duplicates(node: Any, /, *, only: Any = ...) -> list[list[PathParts]]:
     """The paths of each object with identity (node, Variable, array) reachable more than
     once, one list per object; ``only`` filters which objects count."""
     node_paths: dict[int, list[PathParts]] = {}
-    _node_paths(node, node_paths, (), pm.to_filter(only))
+    _node_paths(node, node_paths, (), filterlib.to_predicate(only))
     return [paths for paths in node_paths.values() if len(paths) > 1]
 
 
@@ -266,8 +263,8 @@ def with_vars(
             getattr(x, k, None) != v for k, v in new_attrs.items()
         )
 
-    selected = pm.All(different, only)
-    predicate = pm.to_filter(selected)
+    selected = filterlib.All(different, only)
+    predicate = filterlib.to_predicate(selected)
     if not allow_duplicates and (duplicates := find_duplicates(node, only=selected)):
         text = "\n  ---"
         for paths in duplicates:

@@ -1,6 +1,6 @@
 """Activation functions (``flax.nnx.nn.activations``): ``jax.nn``'s, plus the ``PReLU`` layer."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -31,6 +31,10 @@ from jax.nn import softplus as softplus
 from jax.nn import standardize as standardize
 from jax.nn import swish as swish
 from jax.numpy import tanh as tanh
+
+from adapters.typing import Array as Array
+from adapters.typing import Dtype as Dtype
+from adapters.typing import PromoteDtypeFn as PromoteDtypeFn
 
 from ..module import Module
 from ..variablelib import Param
@@ -93,9 +97,9 @@ class PReLU(Module):
         self,
         negative_slope_init: float = 0.01,
         *,
-        dtype: Any = None,
-        param_dtype: Any = jnp.float32,
-        promote_dtype: Callable[..., Any] = dtypes.promote_dtype,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
         negative_slope_metadata: Mapping[str, Any] = MappingProxyType({}),
     ) -> None:
         self.negative_slope = Param(

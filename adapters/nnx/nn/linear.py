@@ -17,7 +17,16 @@ import numpy as np
 from jax import lax
 
 from adapters.core import FrozenDict
-from adapters.typing import Dtype, Initializer, LaxPadding, PaddingLike, PrecisionLike, Shape
+from adapters.typing import ConvGeneralDilatedT as ConvGeneralDilatedT
+from adapters.typing import DotGeneralT as DotGeneralT
+from adapters.typing import Dtype as Dtype
+from adapters.typing import EinsumT as EinsumT
+from adapters.typing import Initializer as Initializer
+from adapters.typing import LaxPadding as LaxPadding
+from adapters.typing import PaddingLike as PaddingLike
+from adapters.typing import PrecisionLike as PrecisionLike
+from adapters.typing import PromoteDtypeFn as PromoteDtypeFn
+from adapters.typing import Shape as Shape
 from pytreemod.nn import functional as F
 
 from ..module import Module, first_from
@@ -29,7 +38,6 @@ from . import dtypes, initializers
 Array = jax.Array
 Axis = int
 Size = int
-PromoteDtypeFn = Callable[..., Any]
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 default_kernel_init: Initializer = initializers.lecun_normal()

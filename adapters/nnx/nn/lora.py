@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,10 @@ from .linear import Linear
 
 __all__ = ["LoRA", "LoRALinear", "LoRAParam", "default_a_initializer", "default_b_initializer"]
 
+Array = jax.Array
+Axis = int
+Size = int
+A = TypeVar("A")
 PromoteDtypeFn = Callable[..., Any]
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
@@ -25,7 +29,7 @@ default_a_initializer: Initializer = initializers.he_uniform()
 default_b_initializer: Initializer = initializers.zeros
 
 
-class LoRAParam(Param):
+class LoRAParam(Param[A]):
     """A LoRA factor: a ``Param`` (so ``nnx.Param`` filters match it) of its own type, so
     that ``nnx.LoRAParam`` selects the adapters alone (e.g. to train only them)."""
 

@@ -13,6 +13,7 @@ import jax
 import pytreemod as pm
 
 from .. import filterlib, graphlib
+from ..statelib import State
 from ..variablelib import Variable
 
 Path = tuple[Any, ...]
@@ -31,6 +32,36 @@ def to_predicate(filter: Any) -> Any:
     return pm.to_filter(filter)
 
 
+class _PathIn:
+    """Selects the leaves at exactly these paths."""
+
+    def __init__(self, *paths: Path) -> None:
+        self.paths = frozenset(tuple(p) for p in paths)
+
+    def __call__(self, path: Path, value: Any) -> bool:
+        return tuple(path) in self.paths
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _PathIn) and self.paths == other.paths
+
+    def __hash__(self) -> int:
+        return hash(self.paths)
+
+    def __repr__(self) -> str:
+        return f"PathIn({', '.join(map(repr, sorted(self.paths, key=repr)))})"
+
+
+def path_filters(state: Any) -> dict[Any, Any]:
+    """``{filter: value}`` from a State whose leaves are axes: one path filter per value."""
+    path_in = getattr(filterlib, "PathIn", _PathIn)
+    by_value: dict[Any, list[Path]] = {}
+    for path, value in state.flat_state():
+        if isinstance(value, Variable):
+            value = value.get_value()
+        by_value.setdefault(value, []).append(tuple(path))
+    return {path_in(*paths): value for value, paths in by_value.items()}
+
+
 class StateAxes(Mapping[Any, Any]):
     """An axis per filter of a graph node's state, used in place of an int in the axes of
     ``nnx.vmap``/``nnx.pmap``/``nnx.scan``: ``StateAxes({nnx.Param: 0, ...: None})``.
@@ -43,6 +74,8 @@ class StateAxes(Mapping[Any, Any]):
         filter_axes: Mapping[Any, Any] | Iterable[tuple[Any, Any]],
         /,
     ) -> None:
+        if isinstance(filter_axes, State):
+            filter_axes = path_filters(filter_axes)
         items = tuple(filter_axes.items() if isinstance(filter_axes, Mapping) else filter_axes)
         self._filters = tuple(f for f, _ in items)
         self._axes = tuple(a for _, a in items)
@@ -108,7 +141,9 @@ def axis_of(prefix: Any, path: Path, value: Any) -> Any:
     return prefix
 
 
-def check_prefix(prefix: Any, name: str, fn_name: str, graph: bool, graph_updates: bool) -> list[Any]:
+def check_prefix(
+    prefix: Any, name: str, fn_name: str, graph: bool, graph_updates: bool
+) -> list[Any]:
     """Flax's checks on an axes spec; returns the distinct axes it uses."""
 
     def check(path: Any, leaf: Any) -> None:

@@ -132,7 +132,9 @@ def _leaves_with_axes(tree: Any, prefix: Any) -> tuple[Any, list[tuple[Any, Any,
     """The tree's treedef (nodes as leaves) and ``(path, axis, leaf)`` for every leaf."""
     prefix_def = jax.tree_util.tree_structure(prefix, is_leaf=is_prefix_leaf)
     prefix_leaves = jax.tree_util.tree_leaves(prefix, is_leaf=is_prefix_leaf)
-    prefix_paths = [p for p, _ in jax.tree_util.tree_leaves_with_path(prefix, is_leaf=is_prefix_leaf)]
+    prefix_paths = [
+        p for p, _ in jax.tree_util.tree_leaves_with_path(prefix, is_leaf=is_prefix_leaf)
+    ]
     subtrees = prefix_def.flatten_up_to(tree)
     out: list[tuple[Any, Any, Any]] = []
     for base, axis, sub in zip(prefix_paths, prefix_leaves, subtrees, strict=True):
@@ -187,8 +189,21 @@ def check_aliasing(occurrences: Sequence[tuple[Any, Any, Any]]) -> None:
     types: dict[int, str] = {}
     for _, prefix, node in occurrences:
         for path, value in graphlib.iter_graph(node):
+            check_context = getattr(value, "_check_valid_context", None)
+            if check_context is not None and not isinstance(value, Variable):
+                check_context(
+                    lambda v=value: (
+                        f"Trying to extract graph node from different trace level, got {v!r}"
+                    )
+                )
             if isinstance(value, Variable):
-                seen.setdefault(id(value), []).append((tuple(path), axis_of(prefix, tuple(path), value)))
+                if not getattr(value, "_can_update", True):
+                    raise ValueError(
+                        f"Cannot extract graph node from different trace level, got {value!r}"
+                    )
+                seen.setdefault(id(value), []).append(
+                    (tuple(path), axis_of(prefix, tuple(path), value))
+                )
                 types[id(value)] = type(value).__name__
     conflicts = []
     for key, paths_axes in seen.items():
@@ -217,6 +232,11 @@ def check_no_duplicates(fn_name: str, groups: Sequence[tuple[str, Sequence[Any]]
                 where = f"{label}{jax.tree_util.keystr(tuple(base))}" + "".join(
                     f".{p}" if isinstance(p, str) else f"[{p}]" for p in path
                 )
+                if label == "out" and not getattr(value, "_can_update", True):
+                    raise ValueError(
+                        f"Cannot return captured Variable of type {type(value).__name__} "
+                        f"from nnx.{fn_name}.\nFound at path: {where}"
+                    )
                 if id(value) in seen:
                     raise duplicate_error(fn_name, value, seen[id(value)], where)
                 seen[id(value)] = where
@@ -231,20 +251,51 @@ def assign_variable(target: Any, source: Any) -> None:
         target.set_raw_value(source.get_raw_value())
 
 
+def _transplant(outer: Any, new: Any, memo: dict[int, Any]) -> Any:
+    """``outer`` made to look like ``new`` in place (Variables keep their identity, changed
+    or added attributes are taken from ``new``); returns what the parent should hold."""
+    if id(new) in memo:
+        return memo[id(new)]
+    if isinstance(outer, Variable) and type(outer) is type(new):
+        assign_variable(outer, new)
+        memo[id(new)] = outer
+        return outer
+    if is_node(outer) and type(outer) is type(new) and hasattr(new, "__dict__"):
+        memo[id(new)] = outer
+        attrs = vars(outer)
+        for key, value in list(vars(new).items()):
+            if key in attrs and attrs[key] is value:
+                continue
+            attrs[key] = _transplant(attrs[key], value, memo) if key in attrs else value
+        return outer
+    if type(outer) is type(new) and isinstance(new, (list, tuple, dict)) and len(outer) == len(new):
+        if isinstance(new, dict):
+            if set(outer) != set(new):
+                return new
+            for key in new:
+                outer[key] = _transplant(outer[key], new[key], memo)
+            return outer
+        items = [_transplant(a, b, memo) for a, b in zip(outer, new, strict=True)]
+        if isinstance(outer, list):
+            outer[:] = items
+            return outer
+        return tuple(items) if type(new) is tuple else type(new)(*items)
+    return new
+
+
 def write_back(nodes: Sequence[Any], split: Split, values: Sequence[Any]) -> None:
-    """Update the caller's ``nodes`` in place with the state ``split``/``values`` describe."""
-    per_node: dict[int, list[tuple[Path, Any]]] = {i: [] for i in range(len(nodes))}
-    for path, leaf in split.pairs(values):
-        per_node[path[0]].append((path[1:], leaf))
-    for i, node in enumerate(nodes):
-        pairs = per_node[i]
-        if isinstance(node, Variable):
-            for path, leaf in pairs:
-                if path == ():
-                    assign_variable(node, leaf)
-            continue
-        if pairs:
-            graphlib.update(node, State.from_flat_path(pairs))
+    """Update the caller's ``nodes`` in place with the state ``split``/``values`` describe.
+
+    The state is merged into new objects first, then transplanted into the caller's: their
+    Variables get the new values, and attributes added or replaced inside the transform
+    (a vmapped ``__init__`` creating submodules) are set on the caller's objects.
+    """
+    if split.graphdef is None:
+        return
+    fresh = split.rebuild(values)
+    memo: dict[int, Any] = {}
+    for outer, new in zip(nodes, fresh, strict=True):
+        _transplant(outer, new, memo)
 
 
 def metadata_hook(transform_metadata: Any, add: bool) -> Hook | None:

@@ -44,9 +44,11 @@ class _Loop:
             nodes = tuple(graphlib.merge(self.split.graphdef, State.from_flat_path(pairs)))
         return self.low.unflatten(nodes, plain), nodes, pairs
 
-    def leave(self, val: Any, out: Any, nodes: tuple[Any, ...], pairs: list[Any]) -> tuple[list[Any], list[Any]]:
+    def leave(
+        self, val: Any, out: Any, nodes: tuple[Any, ...], pairs: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
         check_same_nodes(self.fn_name, self.graph_updates, val, out)
-        check_variables_kept(self.fn_name, self.graph_updates, nodes, pairs, self.split)
+        check_variables_kept(self.fn_name, self.graph_updates, nodes, pairs)
         after, after_values = split_nodes(nodes, self.low.prefixes)
         carried, _, rest = carried_values(
             self.fn_name, self.graph_updates, self.split.entries, pairs, after, after_values
@@ -56,7 +58,9 @@ class _Loop:
                 f"nnx.{self.fn_name} requires body function's input and output to have the "
                 "same reference and pytree structure, but they differ."
             )
-        plain = [leaf for leaf in jax.tree_util.tree_leaves(out, is_leaf=is_node) if not is_node(leaf)]
+        plain = [
+            leaf for leaf in jax.tree_util.tree_leaves(out, is_leaf=is_node) if not is_node(leaf)
+        ]
         return carried, plain
 
     def finish(self, carry: tuple[list[Any], list[Any]]) -> Any:

@@ -55,7 +55,9 @@ def reject_bound_method(f: Any, name: str) -> None:
         )
 
 
-def resolve_kwargs(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+def resolve_kwargs(
+    f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
     """``kwargs`` moved to their positions in ``f``'s signature."""
     if not kwargs:
         return args
@@ -81,7 +83,9 @@ def spec_axes(*specs: Any) -> list[Any]:
     return found
 
 
-def group(values: Sequence[Any], axes: Sequence[Any], known: Sequence[Any]) -> tuple[list[Any], ...]:
+def group(
+    values: Sequence[Any], axes: Sequence[Any], known: Sequence[Any]
+) -> tuple[list[Any], ...]:
     """``values`` sorted into one list per axis of ``known``."""
     groups: tuple[list[Any], ...] = tuple([] for _ in known)
     for v, a in zip(values, axes, strict=True):
@@ -89,7 +93,9 @@ def group(values: Sequence[Any], axes: Sequence[Any], known: Sequence[Any]) -> t
     return groups
 
 
-def ungroup(groups: Sequence[Sequence[Any]], axes: Sequence[Any], known: Sequence[Any]) -> list[Any]:
+def ungroup(
+    groups: Sequence[Sequence[Any]], axes: Sequence[Any], known: Sequence[Any]
+) -> list[Any]:
     """The inverse of ``group``."""
     cursors = [0] * len(known)
     out = []
@@ -100,7 +106,13 @@ def ungroup(groups: Sequence[Sequence[Any]], axes: Sequence[Any], known: Sequenc
     return out
 
 
-def rebuild_output(out_low: Lowered, split: Split, values: Sequence[Any], inputs: Sequence[Any], plain: Sequence[Any]) -> Any:
+def rebuild_output(
+    out_low: Lowered,
+    split: Split,
+    values: Sequence[Any],
+    inputs: Sequence[Any],
+    plain: Sequence[Any],
+) -> Any:
     """The output tree: new nodes merged from ``values``; inputs returned are the caller's."""
     new_nodes = split.rebuild(values)
     leaves = []

@@ -6,6 +6,7 @@ axis, and its per-step values are stacked back on it. The output's ``Carry`` pos
 returns the carry argument itself (the caller's objects, updated).
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -13,17 +14,19 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-import pytreemod as pm
-
+from .. import graphlib
+from ..statelib import State
+from ..variablelib import Variable
 from ._iteration_axes import Carry, carry_index, check_out_axes, check_prefix, is_node
 from ._iteration_lift import Entry, Lowered, Split, lower, metadata_hook, split_nodes, write_back
 from ._iteration_map import (
     check_inputs,
     check_outputs,
     default_mode,
-    reject_bound_method,
     rebuild_output,
+    reject_bound_method,
     resolve_kwargs,
 )
 
@@ -63,19 +66,19 @@ def carried_values(
     after_values: Sequence[Any],
 ) -> tuple[list[Any], list[Entry], list[Any]]:
     """Split the state after a step into the carried entries' values (in ``entries``'
-    order; each Variable must be the object the step started with) and the scanned rest."""
+    order, same paths and Variable types as ``before``) and the scanned rest."""
+    del before
     by_path: dict[Any, tuple[Entry, list[Any]]] = {}
     i = 0
     for e in after.entries:
         by_path[e.path] = (e, list(after_values[i : i + e.count]))
         i += e.count
     carried: list[Any] = []
-    for e, (path, leaf) in zip(entries, before, strict=True):
+    for e in entries:
         found = by_path.pop(e.path, None)
         if found is None or found[0].vdef != e.vdef:
             raise identity_error(fn_name, graph_updates)
         carried.extend(found[1])
-        del leaf
     scanned_entries: list[Entry] = []
     scanned: list[Any] = []
     for e, values in by_path.values():
@@ -87,28 +90,13 @@ def carried_values(
 
 
 def check_variables_kept(
-    fn_name: str, graph_updates: bool, nodes: Sequence[Any], rebuilt: Sequence[tuple[Any, Any]], split: Split
+    fn_name: str, graph_updates: bool, nodes: Sequence[Any], carried: Sequence[tuple[Any, Any]]
 ) -> None:
     """The carried Variables merged into ``nodes`` are still the objects found there."""
-    del split
-    from .. import graphlib
-
     present = {id(v) for _, v in graphlib.iter_graph(tuple(nodes))}
-    for _, leaf in rebuilt:
-        if hasattr(leaf, "get_raw_value") and id(leaf) not in present:
+    for _, leaf in carried:
+        if isinstance(leaf, Variable) and id(leaf) not in present:
             raise identity_error(fn_name, graph_updates)
-
-
-def _split_entries(split: Split, values: Sequence[Any], carried: Callable[[Any], bool]) -> tuple[list[int], list[int]]:
-    """Indices of ``values`` belonging to carried entries and to scanned ones."""
-    carry_idx: list[int] = []
-    scan_idx: list[int] = []
-    i = 0
-    for e in split.entries:
-        (carry_idx if carried(e.axis) else scan_idx).extend(range(i, i + e.count))
-        i += e.count
-    del values
-    return carry_idx, scan_idx
 
 
 def _is_carried(axis: Any) -> bool:
@@ -145,98 +133,188 @@ def _take_carry(out: Any, out_carry: Any) -> tuple[Any, Any]:
     return None, out
 
 
-class _Scan:
-    """One call of a scanned function: the lowered arguments and the traced step."""
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool))
 
-    def __init__(self, f: Callable[..., Any], args: tuple[Any, ...], spec: Any, opts: dict[str, Any]) -> None:
-        self.f, self.spec, self.opts = f, spec, opts
-        self.low: Lowered = lower(args, spec)
-        self.split, self.values = split_nodes(self.low.nodes, self.low.prefixes)
-        axes = self.split.axes()
-        self.carry_idx, self.scan_idx = _split_entries(self.split, self.values, _is_carried)
-        self.scan_axes = [axes[i] for i in self.scan_idx]
-        self.carry_entries = [e for e in self.split.entries if _is_carried(e.axis)]
-        self.plain_carry = [i for i, a in enumerate(self.low.plain_axes) if a is Carry]
-        self.plain_scan = [i for i, a in enumerate(self.low.plain_axes) if isinstance(a, int)]
-        self.record: dict[str, Any] = {}
 
-    def step(self, carry: Any, xs: Any) -> Any:
-        o = self.opts
-        state_carry, plain_carry = carry
+class _Plan:
+    """The static description of one call's lowered arguments (hashable: it keys JAX's
+    tracing cache, so calling a scanned function again with the same structure does not
+    trace it again)."""
+
+    def __init__(self, low: Lowered, split: Split) -> None:
+        self.low, self.split = low, split
+        self.carry_idx: list[int] = []
+        self.scan_idx: list[int] = []
+        i = 0
+        for e in split.entries:
+            (self.carry_idx if _is_carried(e.axis) else self.scan_idx).extend(range(i, i + e.count))
+            i += e.count
+        self.n_values = i
+        axes = split.axes()
+        self.scan_axes = [axes[k] for k in self.scan_idx]
+        self.carry_entries = [e for e in split.entries if _is_carried(e.axis)]
+        plain_axes = low.plain_axes
+        self.plain_carry = [k for k, a in enumerate(plain_axes) if a is Carry]
+        self.plain_scan = [k for k, a in enumerate(plain_axes) if isinstance(a, int)]
+        self.plain_bcast = [
+            k for k, a in enumerate(plain_axes) if a is None and _is_array(low.plain[k])
+        ]
+        passed = {*self.plain_carry, *self.plain_scan, *self.plain_bcast}
+        self.statics = tuple((k, low.plain[k]) for k in range(len(plain_axes)) if k not in passed)
+        self.key = (
+            low.treedef,
+            tuple(low.slots),
+            tuple(low.prefixes),
+            tuple(low.plain_axes),
+            split.graphdef,
+            tuple((e.path, e.axis, e.vdef, e.count) for e in split.entries),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Plan) or self.key != other.key:
+            return False
+        try:
+            return all(
+                a is b or bool(a == b) for a, b in zip(self.statics, other.statics, strict=True)
+            )
+        except Exception:
+            return False
+
+    def __hash__(self) -> int:
+        try:
+            return hash(self.key)
+        except TypeError:
+            return hash(self.key[0])
+
+
+class _Static:
+    """A pytree with no leaves carrying ``value`` in its treedef."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Static) and (
+            self.value is other.value or self.value == other.value
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.value) if isinstance(self.value, _Plan) else id(self.value)
+
+
+jax.tree_util.register_pytree_node(_Static, lambda s: ((), s), lambda aux, _: aux)
+
+
+def _make_body(f: Callable[..., Any], spec: Any, opts: dict[str, Any]) -> Callable[..., Any]:
+    """The scan body, built once per scanned function."""
+
+    def body(carry: Any, xs: Any) -> Any:
+        static, state_carry, plain_carry, bcast = carry
         state_xs, plain_xs = xs
-        values: list[Any] = [None] * len(self.values)
-        for i, v in zip(self.carry_idx, state_carry, strict=True):
-            values[i] = v
-        for i, v in zip(self.scan_idx, state_xs, strict=True):
-            values[i] = v
-        plain = list(self.low.plain)
-        for i, v in zip(self.plain_carry + self.plain_scan, [*plain_carry, *plain_xs], strict=True):
-            plain[i] = v
-        rebuilt = self.split.pairs(values, o["remove"])
-        nodes = self.split.rebuild(values, o["remove"]) if False else _merge(self.split, rebuilt)
-        args = self.low.unflatten(nodes, plain)
-        out = self.f(*args)
-        carry_in = args[0] if o["in_carry"] == "all" else args[o["in_carry"]] if o["in_carry"] is not None else None
-        carry_out, ys = _take_carry(out, o["out_carry"])
-        check_same_nodes("scan", o["graph_updates"], carry_in, carry_out)
-        check_variables_kept("scan", o["graph_updates"], nodes, [rebuilt[k] for k, e in enumerate(self.split.entries) if _is_carried(e.axis)], self.split)
-        ys_spec = _ys_spec(o["out_axes"], o["out_carry"])
-        check_outputs("scan", o["graph"], o["graph_updates"], args, self.spec, ys, ys_spec)
-        after, after_values = split_nodes(nodes, self.low.prefixes, o["add"])
-        carried_entries_before = [rebuilt[k] for k, e in enumerate(self.split.entries) if _is_carried(e.axis)]
+        plan: _Plan = static.value
+        values: list[Any] = [None] * plan.n_values
+        for k, v in zip([*plan.carry_idx, *plan.scan_idx], [*state_carry, *state_xs], strict=True):
+            values[k] = v
+        plain = list(plan.low.plain)
+        for k, v in plan.statics:
+            plain[k] = v
+        passed = [*plan.plain_carry, *plan.plain_scan, *plan.plain_bcast]
+        for k, v in zip(passed, [*plain_carry, *plain_xs, *bcast], strict=True):
+            plain[k] = v
+        rebuilt = plan.split.pairs(values, opts["remove"])
+        nodes = _merge(plan.split, rebuilt)
+        args = plan.low.unflatten(nodes, plain)
+        out = f(*args)
+        in_carry, out_carry = opts["in_carry"], opts["out_carry"]
+        carry_in = None if in_carry is None else args[in_carry]
+        carry_out, ys = _take_carry(out, out_carry)
+        gu = opts["graph_updates"]
+        check_same_nodes("scan", gu, carry_in, carry_out)
+        carried_before = [
+            rebuilt[k] for k, e in enumerate(plan.split.entries) if _is_carried(e.axis)
+        ]
+        check_variables_kept("scan", gu, nodes, carried_before)
+        ys_spec = _ys_spec(opts["out_axes"], out_carry)
+        check_outputs("scan", opts["graph"], gu, args, spec, ys, ys_spec)
+        after, after_values = split_nodes(nodes, plan.low.prefixes, opts["add"])
         carried, scanned_entries, scanned = carried_values(
-            "scan", o["graph_updates"], self.carry_entries, carried_entries_before, after, after_values
+            "scan", gu, plan.carry_entries, carried_before, after, after_values
         )
         ys_low = lower(ys, ys_spec, known=nodes)
-        ys_split, ys_values = split_nodes(ys_low.nodes, ys_low.prefixes, o["add"])
+        ys_split, ys_values = split_nodes(ys_low.nodes, ys_low.prefixes, opts["add"])
         carry_plain_out = [
-            leaf for leaf in jax.tree_util.tree_leaves(carry_out, is_leaf=is_node) if not is_node(leaf)
+            leaf
+            for leaf in jax.tree_util.tree_leaves(carry_out, is_leaf=is_node)
+            if not is_node(leaf)
         ]
-        self.record.update(scanned=scanned_entries, ys_low=ys_low, ys_split=ys_split)
-        return (carried, carry_plain_out), (scanned, ys_values, list(ys_low.plain))
+        shape = dataclasses.replace(ys_low, nodes=[], plain=[])
+        record = _Static((scanned_entries, shape, ys_split))
+        return (static, carried, carry_plain_out, bcast), (
+            scanned,
+            ys_values,
+            list(ys_low.plain),
+            record,
+        )
 
-    def run(self) -> Any:
-        o = self.opts
-        carry = (
-            [self.values[i] for i in self.carry_idx],
-            [self.low.plain[i] for i in self.plain_carry],
-        )
-        xs = (
-            _moved([self.values[i] for i in self.scan_idx], self.scan_axes, True),
-            _moved([self.low.plain[i] for i in self.plain_scan], [self.low.plain_axes[i] for i in self.plain_scan], True),
-        )
-        (state_carry, plain_carry), (scanned, ys_values, ys_plain) = pm.scan(
-            self.step,
-            length=o["length"],
-            reverse=o["reverse"],
-            unroll=o["unroll"],
-        )(carry, xs)
-        scanned_entries: list[Entry] = self.record["scanned"]
-        scanned = _moved(scanned, [e.axis for e in scanned_entries for _ in range(e.count)], False)
-        final = Split(self.split.graphdef, [*self.carry_entries, *scanned_entries])
-        write_back(self.low.nodes, final, [*state_carry, *scanned])
-        ys_low: Lowered = self.record["ys_low"]
-        ys_split: Split = self.record["ys_split"]
-        ys_values = _moved(ys_values, ys_split.axes(), False)
-        ys_plain = _moved(ys_plain, ys_low.plain_axes, False)
-        ys = rebuild_output(ys_low, ys_split, ys_values, self.low.nodes, ys_plain)
-        plain = list(self.low.plain)
-        for i, v in zip(self.plain_carry, plain_carry, strict=True):
-            plain[i] = v
-        args_out = self.low.unflatten(self.low.nodes, plain)
-        if o["out_carry"] == "all":
-            return args_out[0] if o["in_carry"] == "all" else args_out[o["in_carry"]]
-        if isinstance(o["out_carry"], int):
-            carry_arg = args_out[0] if o["in_carry"] == "all" else args_out[o["in_carry"]]
-            k = o["out_carry"]
-            return (*ys[:k], carry_arg, *ys[k + 1 :])
-        return ys
+    return body
+
+
+def _run(body: Callable[..., Any], args: tuple[Any, ...], spec: Any, opts: dict[str, Any]) -> Any:
+    low = lower(args, spec)
+    split, values = split_nodes(low.nodes, low.prefixes)
+    plan = _Plan(low, split)
+    carry = (
+        _Static(plan),
+        [values[k] for k in plan.carry_idx],
+        [low.plain[k] for k in plan.plain_carry],
+        [low.plain[k] for k in plan.plain_bcast],
+    )
+    xs = (
+        _moved([values[k] for k in plan.scan_idx], plan.scan_axes, True),
+        _moved(
+            [low.plain[k] for k in plan.plain_scan],
+            [low.plain_axes[k] for k in plan.plain_scan],
+            True,
+        ),
+    )
+    (_, state_carry, plain_carry, _), (scanned, ys_values, ys_plain, record) = jax.lax.scan(
+        body,
+        carry,
+        xs,
+        length=opts["length"],
+        reverse=opts["reverse"],
+        unroll=opts["unroll"],
+        _split_transpose=opts["_split_transpose"],
+    )
+    scanned_entries, ys_low, ys_split = record.value
+    scanned = _moved(scanned, [e.axis for e in scanned_entries for _ in range(e.count)], False)
+    write_back(
+        low.nodes,
+        Split(split.graphdef, [*plan.carry_entries, *scanned_entries]),
+        [*state_carry, *scanned],
+    )
+    ys = rebuild_output(
+        ys_low,
+        ys_split,
+        _moved(ys_values, ys_split.axes(), False),
+        low.nodes,
+        _moved(ys_plain, ys_low.plain_axes, False),
+    )
+    plain = list(low.plain)
+    for k, v in zip(plan.plain_carry, plain_carry, strict=True):
+        plain[k] = v
+    args_out = low.unflatten(low.nodes, plain)
+    out_carry = opts["out_carry"]
+    carry_arg = None if opts["in_carry"] is None else args_out[opts["in_carry"]]
+    if out_carry == "all":
+        return carry_arg
+    if isinstance(out_carry, int):
+        return (*ys[:out_carry], carry_arg, *ys[out_carry + 1 :])
+    return ys
 
 
 def _merge(split: Split, pairs: Sequence[tuple[Any, Any]]) -> tuple[Any, ...]:
-    from .. import graphlib
-    from ..statelib import State
-
     if split.graphdef is None:
         return ()
     return tuple(graphlib.merge(split.graphdef, State.from_flat_path(list(pairs))))
@@ -295,6 +373,7 @@ def scan(
         "length": length,
         "reverse": reverse,
         "unroll": unroll,
+        "_split_transpose": _split_transpose,
         "in_carry": 0 if in_carry == "all" else in_carry,
         "out_carry": out_carry,
         "out_axes": out_axes,
@@ -303,6 +382,8 @@ def scan(
         "remove": metadata_hook(transform_metadata, add=False),
         "add": metadata_hook(transform_metadata, add=True),
     }
+
+    body = _make_body(f, spec, opts)
 
     @functools.wraps(f)
     def scan_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -313,6 +394,6 @@ def scan(
                 f"got {len(call_args)} arguments."
             )
         check_inputs("scan", graph, call_args, spec)
-        return _Scan(f, call_args, spec, opts).run()
+        return _run(body, call_args, spec, opts)
 
     return scan_wrapper

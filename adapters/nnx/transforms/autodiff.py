@@ -26,7 +26,7 @@ from .. import extract, graphlib
 from ..extract import NodeSlot, PrefixMapping, TreeState
 from ..statelib import State
 from ..variablelib import Param, Variable
-from .general import check_unbound, lifted_call
+from .general import Purify, check_unbound, lifted_call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,39 +229,41 @@ def _unstrip(tree: Any, rest: dict[int, Any]) -> Any:
 def _process_grads(
     grads: Any, single: bool, lowered: Any, pargs: Sequence[Any], graph_updates: bool
 ) -> Any:
-    """Slots of gradients as NNX returns them: a ``State`` (graph updates), the Variable
-    itself for a Variable argument, or otherwise a rebuilt object of gradients."""
+    """Slots of gradients as NNX returns them: with graph updates a ``State`` (the
+    Variable itself for a Variable argument); otherwise rebuilt objects of gradients."""
+    tree = grads if not single else (grads,)
+    rebuilt: list[Any] = []
 
     def convert(x: Any) -> Any:
         if not isinstance(x, NodeSlot):
             return x
         node = lowered.nodes[x.info.index]
-        if isinstance(node, Variable):
-            return x.groups[0][0]
         if graph_updates:
+            if isinstance(node, Variable) and x.groups[0]:
+                return x.groups[0][0]
             return State.from_flat_path(dict(zip(x.info.paths[0], x.groups[0])))
-        return _rebuild(x, lowered, pargs)
+        if not rebuilt:
+            rebuilt.append(_rebuild(tree, pargs))
+        return rebuilt[0][x.info.index]
 
-    tree = grads if not single else (grads,)
     out = tuple(jax.tree.map(convert, g, is_leaf=extract.is_slot) for g in tree)
     return out[0] if single else out
 
 
-def _rebuild(slot: NodeSlot, lowered: Any, pargs: Sequence[Any]) -> Any:
+def _rebuild(grads: Any, pargs: Sequence[Any]) -> tuple[Any, ...]:
+    """All the call's nodes rebuilt jointly, holding gradients where there are some."""
     joint: dict[Any, Any] = {}
     graphdef = None
-    for s in jax.tree.leaves(pargs, is_leaf=extract.is_slot):
-        if not isinstance(s, NodeSlot):
-            continue
-        if s.info.graphdef is not None:
-            graphdef = s.info.graphdef
-        for paths, values in zip(s.info.paths, s.groups):
-            for path, value in zip(paths, values):
-                joint[(s.info.index, *path)] = value
-    for path, value in zip(slot.info.paths[0], slot.groups[0]):
-        joint[(slot.info.index, *path)] = value
-    nodes = graphlib.merge(graphdef, State.from_flat_path(joint))
-    return nodes[slot.info.index]
+    for tree in (pargs, grads):
+        for s in jax.tree.leaves(tree, is_leaf=extract.is_slot):
+            if not isinstance(s, NodeSlot):
+                continue
+            if s.info.graphdef is not None:
+                graphdef = s.info.graphdef
+            for paths, values in zip(s.info.paths, s.groups):
+                for path, value in zip(paths, values):
+                    joint[(s.info.index, *path)] = value
+    return tuple(graphlib.merge(graphdef, State.from_flat_path(joint)))
 
 
 def grad(
@@ -346,15 +348,15 @@ def remat(
     check_unbound(f, "remat")
     fun = f
 
-    def transform(pure: Callable[..., Any]) -> Callable[..., Any]:
+    def transform(purify: Purify) -> Callable[..., Any]:
         return jax.checkpoint(
-            pure, prevent_cse=prevent_cse, static_argnums=static_argnums, policy=policy
+            purify(fun), prevent_cse=prevent_cse, static_argnums=static_argnums, policy=policy
         )
 
     @functools.wraps(fun)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return lifted_call(
-            transform, fun, args, kwargs, graph=graph, graph_updates=updates, name="remat"
+            transform, args, kwargs, graph=graph, graph_updates=updates, name="remat"
         )
 
     return wrapper

@@ -61,9 +61,11 @@ def resolve_kwargs(
     return tuple(bound.args)
 
 
+Purify = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
 def lifted_call(
-    transform: Callable[[Callable[..., Any]], Callable[..., Any]],
-    f: Callable[..., Any],
+    transform: Callable[[Purify], Callable[..., Any]],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     *,
@@ -72,9 +74,13 @@ def lifted_call(
     name: str,
     keep_all: bool = False,
 ) -> Any:
-    """``transform(pure)(*args, **kwargs)`` where ``pure`` is ``f`` on objects rebuilt
-    from lowered arguments; changes to the arguments are applied after the call.
-    ``keep_all`` returns every Variable (branches of ``cond`` must agree)."""
+    """Lower ``args``/``kwargs``, call ``transform(purify)`` on the lowered ones and
+    apply the changes the call made to the caller's objects.
+
+    ``purify(f)`` is ``f`` as a pure function of the lowered arguments: it rebuilds the
+    objects, calls ``f`` and lowers its result and the arguments' changes. ``keep_all``
+    returns every Variable (the branches of ``cond`` must return the same arrays).
+    """
     (pargs, pkwargs), lowered = extract.lower(
         (args, kwargs),
         graph=graph,
@@ -83,13 +89,16 @@ def lifted_call(
         keep_all=(lambda _: True) if keep_all else None,
     )
 
-    def pure(*pargs: Any, **pkwargs: Any) -> Any:
-        (a, k), raised = extract.raise_inputs(
-            (pargs, pkwargs), graph=graph, graph_updates=graph_updates, name=name
-        )
-        return raised.lower_outputs(f(*a, **k))
+    def purify(f: Callable[..., Any]) -> Callable[..., Any]:
+        def pure(*pargs: Any, **pkwargs: Any) -> Any:
+            (a, k), raised = extract.raise_inputs(
+                (pargs, pkwargs), graph=graph, graph_updates=graph_updates, name=name
+            )
+            return raised.lower_outputs(f(*a, **k))
 
-    updates, out = transform(pure)(*pargs, **pkwargs)
+        return pure
+
+    updates, out = transform(purify)(*pargs, **pkwargs)
     return lowered.finish(updates, out)
 
 

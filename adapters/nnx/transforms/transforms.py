@@ -1,31 +1,162 @@
-"""NNX's ``eval_shape``: build a module abstractly (no FLOPs, no memory for its arrays)."""
+"""``nnx.eval_shape``, ``cond``, ``switch``, ``checkify`` and ``make_jaxpr``.
 
-from collections.abc import Callable
+Each is the JAX function of the same name applied to a pure function of the lowered
+arguments (``general.lifted_call``): graph nodes keep their identity and the changes a
+branch makes to its operands are applied to the caller's objects. ``cond``/``switch``
+return every operand Variable from each branch so the branches' outputs agree.
+"""
+
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import jax
+from jax.experimental import checkify as jax_checkify
 
-from ..graphlib import merge, split
-from ..statelib import State
+from .. import extract
+from .general import Purify, check_unbound, lifted_call
 
-T = TypeVar("T")
+A = TypeVar("A")
 
 
-def eval_shape(f: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``f(*args, **kwargs)`` with every array replaced by a ``jax.ShapeDtypeStruct``.
+def eval_shape(
+    f: Callable[..., A],
+    *args: Any,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+    **kwargs: Any,
+) -> A:
+    """``f(*args, **kwargs)`` evaluated abstractly: no FLOPs, no memory for arrays.
 
-    Modules and Variables in the arguments and the result are supported: the result's
-    Variables hold ``ShapeDtypeStruct`` values. Changes ``f`` makes to the arguments (such as
-    advancing an ``Rngs`` counter) are not kept.
+    Modules in the result hold ``jax.ShapeDtypeStruct`` values. The arguments are not
+    changed (a ``Rngs`` counter advanced inside stays where it was).
     """
-    in_graph, in_state = split((args, kwargs))
-    out_graph: list[Any] = []
+    check_unbound(f, "eval_shape")
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    (pargs, pkwargs), _ = extract.lower(
+        (args, kwargs), graph=graph, graph_updates=updates, name="eval_shape"
+    )
 
-    def abstract(state: State) -> State:
-        call_args, call_kwargs = merge(in_graph, state)
-        out_def, out_state = split((f(*call_args, **call_kwargs),))
-        out_graph.append(out_def)
-        return out_state
+    def pure(*pargs: Any, **pkwargs: Any) -> Any:
+        (a, k), raised = extract.raise_inputs(
+            (pargs, pkwargs), graph=graph, graph_updates=updates, name="eval_shape"
+        )
+        out = f(*a, **k)
+        if not updates:
+            extract.check_no_aliases("eval_shape", args=(a, k), out=out)
+        # Outputs never alias the (unchanged) inputs here: lower them on their own.
+        return extract.lower_outputs(out)
 
-    shapes = jax.eval_shape(abstract, in_state)
-    return merge(out_graph[0], shapes)[0]
+    out = jax.eval_shape(pure, *pargs, **pkwargs)
+    return extract.raise_outputs(out)
+
+
+def cond(
+    pred: Any,
+    true_fun: Callable[..., A],
+    false_fun: Callable[..., A],
+    *operands: Any,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> A:
+    """``jax.lax.cond`` with Modules among the operands (see the module docstring)."""
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+
+    def transform(purify: Purify) -> Callable[..., Any]:
+        return lambda *ops: jax.lax.cond(pred, purify(true_fun), purify(false_fun), *ops)
+
+    return lifted_call(
+        transform, operands, {}, graph=graph, graph_updates=updates, name="cond", keep_all=True
+    )
+
+
+def switch(
+    index: Any,
+    branches: Sequence[Callable[..., A]],
+    *operands: Any,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> A:
+    """``jax.lax.switch`` with Modules among the operands."""
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+
+    def transform(purify: Purify) -> Callable[..., Any]:
+        return lambda *ops: jax.lax.switch(index, [purify(b) for b in branches], *ops)
+
+    return lifted_call(
+        transform, operands, {}, graph=graph, graph_updates=updates, name="switch", keep_all=True
+    )
+
+
+def checkify(
+    f: Callable[..., A] | Any = extract.Missing,
+    *,
+    errors: Any = jax_checkify.user_checks,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.experimental.checkify.checkify`` over functions of Modules: the wrapped
+    function returns ``(error, out)``."""
+    if f is extract.Missing:
+        return functools.partial(checkify, errors=errors, graph=graph, graph_updates=graph_updates)
+    check_unbound(f, "checkify")
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    fun = f
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        errors_out: list[Any] = []
+
+        def transform(purify: Purify) -> Callable[..., Any]:
+            def call(*pargs: Any, **pkwargs: Any) -> Any:
+                error, result = jax_checkify.checkify(purify(fun), errors=errors)(
+                    *pargs, **pkwargs
+                )
+                errors_out.append(error)
+                return result
+
+            return call
+
+        out = lifted_call(
+            transform, args, kwargs, graph=graph, graph_updates=updates, name="checkify"
+        )
+        return errors_out[0], out
+
+    return wrapper
+
+
+def make_jaxpr(
+    f: Callable[..., A] | Any = extract.Missing,
+    *,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+    static_argnums: int | Sequence[int] = (),
+) -> Any:
+    """``jax.make_jaxpr`` over functions of Modules (not with ``graph_updates=True``)."""
+    if f is extract.Missing:
+        return functools.partial(
+            make_jaxpr, graph=graph, graph_updates=graph_updates, static_argnums=static_argnums
+        )
+    if graph_updates is None:
+        graph_updates = extract.resolve_modes(True, None)[1]
+    if graph_updates:
+        raise ValueError("nnx.make_jaxpr does not support graph_updates=True.")
+    check_unbound(f, "make_jaxpr")
+    graph = extract.resolve_modes(graph, False)[0]
+    fun = f
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        (pargs, pkwargs), _ = extract.lower(
+            (args, kwargs), graph=graph, graph_updates=False, name="make_jaxpr"
+        )
+
+        def pure(*pargs: Any, **pkwargs: Any) -> Any:
+            (a, k), raised = extract.raise_inputs(
+                (pargs, pkwargs), graph=graph, graph_updates=False, name="make_jaxpr"
+            )
+            return raised.lower_outputs(fun(*a, **k))
+
+        return jax.make_jaxpr(pure, static_argnums=static_argnums)(*pargs, **pkwargs)
+
+    return wrapper

@@ -94,6 +94,16 @@ def test_einsum_op_and_call_equation():
 
     layer = nnx.Einsum("ab,bc->ac", (3, 4), einsum_op=op, rngs=nnx.Rngs(0))
     assert layer(jnp.ones((2, 3))).shape == (1, 2, 4)
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("preferred_element_type"))
+        return jnp.einsum(*args, **kwargs)
+
+    kw = {"param_dtype": jnp.bfloat16, "preferred_element_type": jnp.float32}
+    layer = nnx.Einsum("ab,bc->ac", (3, 4), einsum_op=recording, **kw, rngs=nnx.Rngs(0))
+    assert layer(jnp.ones((2, 3), jnp.bfloat16)).dtype == jnp.float32
+    assert seen == [jnp.float32]
     layer = nnx.Einsum("ab,bc->ac", (3, 4), (4,), rngs=nnx.Rngs(0))
     y = layer(jnp.ones((2, 3)), "ab, bc -> ac")
     np.testing.assert_allclose(y, jnp.ones((2, 3)) @ layer.kernel[...] + layer.bias[None])

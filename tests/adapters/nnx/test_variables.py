@@ -11,7 +11,7 @@ from flax import nnx as fnnx
 
 import pytreemod as pm
 from adapters import errors, nnx
-from adapters.nnx import ids, tracers, variablelib
+from adapters.nnx import ids, reprlib, tracers, variablelib
 
 REQUIRED = {"hijax": False, "ref": False, "eager_sharding": True}
 
@@ -41,7 +41,9 @@ def test_required_metadata_and_set_metadata_like_flax():
     v.set_metadata({"only": 0})
     assert v.get_metadata() == {"only": 0, **REQUIRED}
     v.del_metadata("only")
-    with pytest.raises(ValueError, match="Cannot change `hijax` metadata, expected False, got True"):
+    with pytest.raises(
+        ValueError, match="Cannot change `hijax` metadata, expected False, got True"
+    ):
         v.set_metadata(hijax=True)
     with pytest.raises(ValueError, match="Cannot change `ref` metadata, expected False, got True"):
         v.set_metadata("ref", True)
@@ -69,7 +71,8 @@ def test_operators_eq_and_jax_array_follow_the_value():
     np.testing.assert_array_equal(v + 1, [2.0, 3.0])
     np.testing.assert_array_equal(2 * v, [2.0, 4.0])
     np.testing.assert_array_equal(-v, [-1.0, -2.0])
-    assert float(v @ v) == 5.0 and float(jnp.dot(v, v)) == 5.0  # __jax_array__
+    # jnp.dot takes a Variable through __jax_array__
+    assert float(v @ v) == 5.0 and float(jnp.dot(v, v)) == 5.0  # pyright: ignore[reportArgumentType]
     np.testing.assert_array_equal(v == nnx.Param(jnp.array([1.0, 0.0])), [True, False])
     with pytest.raises(TypeError, match="unhashable type: 'Param'"):
         hash(v)
@@ -129,6 +132,12 @@ def test_repr_matches_flax():
         assert repr(ours) == repr(theirs)
 
 
+def test_treescope_rendering_matches_flax():
+    treescope = pytest.importorskip("treescope")
+    ours = treescope.render_to_text(nnx.State({"a": nnx.Param(1, tag="t")}))
+    assert ours == treescope.render_to_text(fnnx.State({"a": fnnx.Param(1, tag="t")}))
+
+
 def test_ref_mode_keeps_a_jax_ref_updated_in_place():
     v = nnx.Variable(jnp.zeros(2), ref=True)
     assert isinstance(v.get_raw_value(), jax.Ref) and not isinstance(v[...], jax.Ref)
@@ -164,9 +173,17 @@ def test_var_defaults_and_eager_sharding_settings_nest_and_decorate():
 def test_eager_sharding_without_a_mesh_is_an_error():
     with pytest.raises(ValueError, match="An auto mesh context or metadata is required"):
         nnx.Param(jnp.ones(2), out_sharding=("x",))
-    assert nnx.Param(jnp.ones(2), out_sharding=("x",), eager_sharding=False).out_sharding == (
-        "x",
-    )
+    assert nnx.Param(jnp.ones(2), out_sharding=("x",), eager_sharding=False).out_sharding == ("x",)
+
+
+def test_eager_sharding_places_the_value_on_the_mesh():
+    auto = jax.make_mesh((1,), ("a",), axis_types=(jax.sharding.AxisType.Auto,))
+    v = nnx.Param(jnp.ones(2), out_sharding=("a",), mesh=auto)
+    assert v[...].sharding == jax.sharding.NamedSharding(auto, jax.sharding.PartitionSpec("a"))
+    types = (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto)
+    mixed = jax.sharding.AbstractMesh((1, 1), ("a", "b"), axis_types=types)
+    with pytest.raises(ValueError, match="Mesh must have all axes as Explicit or all axes as"):
+        nnx.Param(jnp.ones((1, 1)), out_sharding=("a", "b"), mesh=mixed)
 
 
 def test_mutating_from_another_trace_is_a_trace_context_error():
@@ -228,12 +245,38 @@ def test_variable_name_registry():
         nnx.variable_name_from_type(Unregistered)
     assert nnx.variable_name_from_type(Unregistered, allow_register=True) == "Unregistered"
     del variablelib.VariableTypeCache["Unregistered"]
+    Params = type("params", (nnx.Variable,), {})
+    with pytest.raises(ValueError, match="Name params is already registered in the registry as"):
+        nnx.variable_name_from_type(Params, allow_register=True)
+
+
+def test_copy_takes_the_value_as_value_and_reprlib_checks_its_protocol():
+    with pytest.raises(TypeError, match="copy\\(\\) takes the value as `value`"):
+        nnx.Param(1).copy(raw_value=2)
+    assert nnx.Param(1).copy(value=2).get_value() == 2
+
+    class NoHeader(reprlib.Representable):
+        def __nnx_repr__(self):
+            yield reprlib.Attr("a", 1)
+
+    class BadItem(reprlib.Representable):
+        def __nnx_repr__(self):  # pyright: ignore[reportIncompatibleMethodOverride]
+            yield reprlib.Object("BadItem")
+            yield 1
+
+    with pytest.raises(TypeError, match="First item must be Config, got Attr"):
+        repr(NoHeader())
+    with pytest.raises(TypeError, match="Item must be Elem, got int"):
+        repr(BadItem())
+    with pytest.raises(TypeError, match="Object 1 is not representable"):
+        reprlib.get_repr(1)  # type: ignore[arg-type]
+    assert repr(reprlib.PrettyMapping({"a": 1})) == "PrettyMapping({\n  'a': 1\n})"
 
 
 def test_variable_state_alias_and_unknown_names():
     with pytest.warns(DeprecationWarning, match="'VariableState' was removed"):
         assert nnx.VariableState is nnx.Variable  # type: ignore[attr-defined]
-    with pytest.raises(AttributeError, match="Module adapters.nnx has no attribute 'nope'"):
+    with pytest.raises(AttributeError, match=r"Module adapters\.nnx has no attribute 'nope'"):
         _ = nnx.nope  # type: ignore[attr-defined]
 
 
