@@ -145,16 +145,27 @@ from .extract import prefix as prefix
 from .extract import to_tree as to_tree
 from .transforms.autodiff import DiffState as DiffState
 from .transforms.autodiff import grad as grad
+from .transforms.autodiff import jvp as jvp
 from .transforms.autodiff import remat as remat
 from .transforms.autodiff import value_and_grad as value_and_grad
+from .transforms.autodiff import vjp as vjp
 from .transforms.compilation import StateSharding as StateSharding
 from .transforms.compilation import jit as jit
 from .transforms.compilation import jit_partial as jit_partial
+from .transforms.compilation import shard_map as shard_map
 from .transforms.transforms import checkify as checkify
 from .transforms.transforms import cond as cond
 from .transforms.transforms import eval_shape as eval_shape
 from .transforms.transforms import make_jaxpr as make_jaxpr
 from .transforms.transforms import switch as switch
+from .transforms.iteration import Carry as Carry
+from .transforms.iteration import StateAxes as StateAxes
+from .transforms.iteration import fori_loop as fori_loop
+from .transforms.iteration import pmap as pmap
+from .transforms.iteration import scan as scan
+from .transforms.iteration import transform_metadata as transform_metadata
+from .transforms.iteration import vmap as vmap
+from .transforms.iteration import while_loop as while_loop
 
 # --- layers (nn/) ---
 from .nn import initializers as initializers

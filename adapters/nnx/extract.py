@@ -155,6 +155,66 @@ def _hashable(x: Any) -> Any:
         return id(x)
 
 
+def check_prefix(prefix: Any, prefix_name: str, fn_name: str, graph: bool, updates: bool) -> None:
+    """Flax's checks on a prefix argument (``argnums``, ``in_axes``, shardings)."""
+
+    def check(path: Any, leaf: Any) -> None:
+        where = jax.tree_util.keystr(path)
+        if isinstance(leaf, Variable):
+            raise ValueError(
+                f"Found Variable of type {type(leaf).__name__} at path {where} in "
+                f"`{prefix_name}` for nnx.{fn_name}. Variables prefixes are not supported."
+                "Pass a prefix for the entire Variable instead of passing a Variable with a "
+                "prefix for its value."
+            )
+        if isinstance(leaf, PrefixMapping) and not (graph and updates):
+            kind = type(leaf).__name__
+            raise ValueError(
+                f"`{prefix_name}` cannot contain `{kind}` objects when `graph=False` or "
+                "`graph_updates=False`. Consider the following options:\n\n"
+                f"1. Remove `{kind}` objects from `{prefix_name}`.\n"
+                "2. Enable graph mode and graph updates by passing graph=True and "
+                f"graph_updates=True to {fn_name} e.g.\n\n"
+                f"  nnx.{fn_name}(..., graph=True, graph_updates=True)\n\n"
+                f"3. Use nnx.compat.{fn_name} instead e.g.\n\n  nnx.compat.{fn_name}(...)"
+            )
+        if graph and graphlib.is_graph_node(leaf):
+            raise ValueError(
+                f"Found graph node of type {type(leaf).__name__} at path {where} in "
+                f"`{prefix_name}` for nnx.{fn_name}. Graph nodes are not allowed as prefixes "
+                "when graph=True.Consider the following options:\n\n"
+                f"1. Remove graph nodes from `{prefix_name}`.\n"
+                f"2. Enable tree mode by passing graph=False to {fn_name} e.g.\n\n"
+                f"  nnx.{fn_name}(..., graph=False)\n\n"
+                "3. If you using nnx.prefix to create the prefix, pass graph=True:\n\n"
+                "  prefix = nnx.prefix(..., graph=True)"
+            )
+        if isinstance(leaf, TreeState) and (not graph or updates):
+            msg = (
+                f"Found `TreeState` object at path {where} in `{prefix_name}` for "
+                f"nnx.{fn_name}. `TreeState` objects are only allowed as prefixes when "
+                "`graph=True` and `graph_updates=False`.Consider the following options:\n\n"
+                "1. Enable graph mode and graph updates by passing graph=True and "
+                f"graph_updates=True to {fn_name} e.g.\n\n"
+                f"  nnx.{fn_name}(..., graph=True, graph_updates=True)\n\n"
+                f"2. Use nnx.compat.{fn_name} instead e.g.\n\n  nnx.compat.{fn_name}(...)"
+            )
+            if updates:
+                msg += (
+                    "\n\n3. If you using nnx.prefix to create the prefix, pass graph=False:"
+                    "\n\n  prefix = nnx.prefix(..., graph=False)"
+                )
+            raise ValueError(msg)
+
+    jax.tree_util.tree_map_with_path(
+        check,
+        prefix,
+        is_leaf=lambda x: x is None
+        or isinstance(x, (Variable, PrefixMapping, TreeState))
+        or graphlib.is_graph_node(x),
+    )
+
+
 # --------------------------------------------------------------------------- slots
 
 

@@ -126,7 +126,9 @@ def _stat_type(variable: Variable) -> type:
     return RngState if isinstance(variable, RngState) else type(variable)
 
 
-def _collect_stats(path: tuple[Any, ...], node: Any, infos: dict[int, Any], types: set[type]) -> None:
+def _collect_stats(
+    path: tuple[Any, ...], node: Any, infos: dict[int, Any], types: set[type]
+) -> None:
     """Fill ``infos[id(x)]`` for ``node`` and everything below it (first path wins), and
     note the types whose methods are to be recorded."""
     if not _is_node(node) and not isinstance(node, Variable):
@@ -137,7 +139,7 @@ def _collect_stats(path: tuple[Any, ...], node: Any, infos: dict[int, Any], type
     groups: dict[type, dict[Any, Variable]] = {}
     infos[id(node)] = ObjectInfo(path, stats, groups)
     if isinstance(node, pytreelib.Pytree):
-        node._nnx_tabulate_id = id(node)
+        node._nnx_tabulate_id = id(node)  # type: ignore[attr-defined]
         types.add(type(node))
     for key, value in list(_node_items(node)):
         if id(value) in infos:
@@ -314,7 +316,9 @@ def _variables_cell(info: ObjectInfo, var_type: type) -> str:
     listed: dict[Any, Any] = {}
     for name, variable in info.variable_groups.get(var_type, {}).items():
         value = variable.get_value()
-        value_repr = _render_array(value) if hasattr(value, "shape") and hasattr(value, "dtype") else ""
+        value_repr = (
+            _render_array(value) if hasattr(value, "shape") and hasattr(value, "dtype") else ""
+        )
         metadata = {k: v for k, v in variable.get_metadata().items() if k not in required}
         if metadata:
             listed[name] = {"value": value_repr, **metadata}

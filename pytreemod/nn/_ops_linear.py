@@ -6,7 +6,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Float, Integer
+from jaxtyping import Float, Inexact, Integer
 
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
 from .._sharding_rules import (
@@ -35,15 +35,15 @@ DotGeneral = Callable[..., Any]
 
 @checked
 def linear(
-    x: Float[AnyArray, "*batch in_features"],
-    kernel: Float[AnyArray, "in_features out_features"],
-    bias: Float[AnyArray, " out_features"] | None = None,
+    x: Inexact[AnyArray, "*batch in_features"],
+    kernel: Inexact[AnyArray, "in_features out_features"],
+    bias: Inexact[AnyArray, " out_features"] | None = None,
     *,
     dtype: Any = None,
     precision: Any = None,
     dot_general: DotGeneral | None = None,
     out_sharding: Any = None,
-) -> Float[jax.Array, "*batch out_features"]:
+) -> Inexact[jax.Array, "*batch out_features"]:
     """``x @ kernel + bias`` over the last axis of ``x`` (Flax ``Dense``'s math).
 
     **Arguments:** ``x`` of shape ``(*batch, in_features)``; ``kernel`` of shape
@@ -177,11 +177,11 @@ def merge_heads(
 @checked
 def embed(
     ids: Integer[AnyArray, "*batch"],
-    embedding: Float[AnyArray, "num_embeddings features"],
+    embedding: Inexact[AnyArray, "num_embeddings features"],
     *,
     dtype: Any = None,
     out_sharding: Any = None,
-) -> Float[jax.Array, "*batch features"]:
+) -> Inexact[jax.Array, "*batch features"]:
     """Look up rows of ``embedding`` (Flax ``Embed``): output ``(*ids.shape, features)``.
 
     As in Flax (``jnp.take``): ids ``>= num_embeddings`` give NaN rows, and negative ids
@@ -209,13 +209,13 @@ def embed(
 
 @checked
 def attend(
-    query: Float[AnyArray, "*batch features"],
-    embedding: Float[AnyArray, "num_embeddings features"],
+    query: Inexact[AnyArray, "*batch features"],
+    embedding: Inexact[AnyArray, "num_embeddings features"],
     *,
     dtype: Any = None,
     precision: Any = None,
     out_sharding: Any = None,
-) -> Float[jax.Array, "*batch num_embeddings"]:
+) -> Inexact[jax.Array, "*batch num_embeddings"]:
     """``query @ embedding.T``: logits over the vocabulary with a tied embedding.
 
     >>> import jax.numpy as jnp

@@ -52,9 +52,7 @@ class ModuleStackEntry:
 class ModuleContext(threading.local):
     """The per-thread stack of running bridge modules (``None`` at the bottom)."""
 
-    module_stack: list[ModuleStackEntry | None] = dataclasses.field(
-        default_factory=lambda: [None]
-    )
+    module_stack: list[ModuleStackEntry | None] = dataclasses.field(default_factory=lambda: [None])
 
 
 MODULE_CONTEXT = ModuleContext()
@@ -228,15 +226,18 @@ class Module(nnx_module.Module, metaclass=ModuleMeta):
         return self.scope.rngs[name]()
 
     def param(
-        self, name: str, init_fn: Callable[..., A], *init_args: Any, unbox: bool = True,
+        self,
+        name: str,
+        init_fn: Callable[..., A],
+        *init_args: Any,
+        unbox: bool = True,
         **init_kwargs: Any,
     ) -> variablelib.Param:
         """The Param ``name``: the existing one, the loaded value (shape-checked against
         ``init_fn``'s), or a new one from ``init_fn(make_rng('params'), *init_args)``."""
         if self.scope is None:
             raise ValueError(
-                "Parameters must be initialized in `setup()` or in a method wrapped in "
-                "`@compact`"
+                "Parameters must be initialized in `setup()` or in a method wrapped in `@compact`"
             )
         if hasattr(self, name):
             value = getattr(self, name)
@@ -247,21 +248,27 @@ class Module(nnx_module.Module, metaclass=ModuleMeta):
             abstract = jax.eval_shape(lambda: init_fn(jax.random.key(0), *init_args, **init_kwargs))
             variable = variablelib.Param(_checked_value(name, value, abstract))
         else:
-            variable = variablelib.Param(init_fn(self.make_rng("params"), *init_args, **init_kwargs))
+            variable = variablelib.Param(
+                init_fn(self.make_rng("params"), *init_args, **init_kwargs)
+            )
         setattr(self, name, variable)
         return variable
 
     def variable(
-        self, col: str, name: str, init_fn: Callable[..., A] | None = None, *init_args: Any,
-        unbox: bool = True, **init_kwargs: Any,
+        self,
+        col: str,
+        name: str,
+        init_fn: Callable[..., A] | None = None,
+        *init_args: Any,
+        unbox: bool = True,
+        **init_kwargs: Any,
     ) -> variablelib.Variable:
         """The Variable ``name`` of collection ``col`` (its NNX type follows the name):
         existing, loaded (shape-checked) or new from ``init_fn(*init_args)``."""
         var_type = variablelib.variable_type_from_name(col, allow_register=True)
         if self.scope is None:
             raise ValueError(
-                "Variables must be initialized in `setup()` or in a method wrapped in "
-                "`@compact`"
+                "Variables must be initialized in `setup()` or in a method wrapped in `@compact`"
             )
         if hasattr(self, name):
             value = getattr(self, name)
@@ -336,7 +343,10 @@ class Module(nnx_module.Module, metaclass=ModuleMeta):
         return out, module._get_variables()
 
     def init(
-        self, rngs: Any = None, *args: Any, method: Callable[..., Any] | str = "__call__",
+        self,
+        rngs: Any = None,
+        *args: Any,
+        method: Callable[..., Any] | str = "__call__",
         **kwargs: Any,
     ) -> dict[str, Any]:
         """The variables dict created by running ``method`` in initializing mode."""
@@ -346,8 +356,12 @@ class Module(nnx_module.Module, metaclass=ModuleMeta):
         return variables
 
     def init_with_output(
-        self, rngs: Any = None, *args: Any, method: Callable[..., Any] | str = "__call__",
-        mutable: Any = False, **kwargs: Any,
+        self,
+        rngs: Any = None,
+        *args: Any,
+        method: Callable[..., Any] | str = "__call__",
+        mutable: Any = False,
+        **kwargs: Any,
     ) -> tuple[Any, dict[str, Any]]:
         """``(output, variables)`` of running ``method`` in initializing mode."""
         return self.apply(

@@ -69,26 +69,32 @@ class NNXMeta(meta.AxisMetadata, Generic[A]):
         """The value."""
         return self.value
 
-    def replace_boxed(self, val: B) -> "NNXMeta[B]":
-        """The same box around ``val``."""
-        return self.replace(value=val)
+    def replace_boxed(self, value: B) -> "NNXMeta[B]":
+        """The same box around ``value``."""
+        return self.replace(value=value)  # type: ignore[return-value]
 
-    def add_axis(self, index: int, params: dict[Any, Any]) -> "NNXMeta[A]":
-        """The box of the value with an axis added: the Variable's own ``add_axis`` decides
-        the metadata (e.g. its ``out_sharding`` gains ``params``' axis name)."""
-        return self._through_variable("add_axis", index, params)
+    def add_axis(self, index: int, params: Mapping[Any, Any]) -> "NNXMeta[A]":
+        """The box of the value with an axis added at ``index``: the Variable's
+        ``out_sharding`` gains ``params[PARTITION_NAME]`` there (unchanged without one).
+        Flax leaves the box unchanged; this keeps ``remove_axis`` its inverse."""
+        return self._with_axis(index, params, insert=True)
 
-    def remove_axis(self, index: int, params: dict[Any, Any]) -> "NNXMeta[A]":
+    def remove_axis(self, index: int, params: Mapping[Any, Any]) -> "NNXMeta[A]":
         """Inverse of ``add_axis``."""
-        return self._through_variable("remove_axis", index, params)
+        return self._with_axis(index, params, insert=False)
 
-    def _through_variable(self, method: str, index: int, params: dict[Any, Any]) -> "NNXMeta[A]":
-        variable = self.to_nnx_variable()
-        hook = getattr(variable, method, None)
-        if hook is None:
+    def _with_axis(self, index: int, params: Mapping[Any, Any], insert: bool) -> "NNXMeta[A]":
+        axis_name = params.get(meta.PARTITION_NAME)
+        names = self.metadata.get("out_sharding")
+        if axis_name is None or names is None:
             return self
-        hook(index, params)
-        return self.replace(metadata=_Metadata(variable.get_metadata()))
+        updated = list(names)
+        if insert:
+            updated.insert(index if index >= 0 else len(updated) + 1 + index, axis_name)
+        else:
+            del updated[index]
+        metadata = _Metadata({**self.metadata, "out_sharding": tuple(updated)})
+        return self.replace(metadata=metadata)
 
     def get_partition_spec(self) -> jax.sharding.PartitionSpec:
         """The PartitionSpec of the value, from the Variable's ``out_sharding``."""
@@ -142,7 +148,11 @@ def _box_fields(box: Any) -> dict[str, Any]:
 
 def _linen_box(box_type: type, value: Any, metadata: Mapping[str, Any]) -> Any:
     """Rebuild a Linen box of ``box_type`` from a Variable's value and metadata."""
-    fields = {f.name for f in dataclasses.fields(box_type)} if dataclasses.is_dataclass(box_type) else None
+    fields = (
+        {f.name for f in dataclasses.fields(box_type)}
+        if dataclasses.is_dataclass(box_type)
+        else None
+    )
     kwargs = {"value": value}
     for key, item in metadata.items():
         name = _TO_LINEN_NAMES.get(key, key)
@@ -164,13 +174,12 @@ def to_nnx_var(col: str, x: Any) -> variablelib.Variable:
     var_type = _type_from_name(col)
     if isinstance(x, NNXMeta):
         assert var_type == x.var_type, (
-            f"Type stored in NNXMeta {x.var_type} != type inferred from collection name "
-            f"{var_type}"
+            f"Type stored in NNXMeta {x.var_type} != type inferred from collection name {var_type}"
         )
         return x.to_nnx_variable()
     if isinstance(x, meta.AxisMetadata):
         if hasattr(x, "to_nnx_metadata"):
-            fields = dict(x.to_nnx_metadata())
+            fields = dict(x.to_nnx_metadata())  # type: ignore[attr-defined]
         else:
             fields = {_TO_NNX_NAMES.get(k, k): v for k, v in _box_fields(x).items()}
         value = fields.pop("value")

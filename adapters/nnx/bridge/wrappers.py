@@ -83,7 +83,7 @@ def lazy_init(fn: Any, *args: Any, **kwargs: Any) -> Any:
         module = owner
     _set_initializing(module, True)
     try:
-        fn(*args, **kwargs)
+        fn(*args, **kwargs)  # type: ignore[operator]
     finally:
         _set_initializing(module, False)
     return fn
@@ -92,7 +92,7 @@ def lazy_init(fn: Any, *args: Any, **kwargs: Any) -> Any:
 def current_linen_module() -> linen.Module | None:
     """The innermost Linen module being run, if any."""
     stack = linen.module._context.module_stack
-    return stack[-1] if stack else None
+    return stack[-1] if stack else None  # type: ignore[return-value]
 
 
 def _rng_dict(rngs: Any) -> dict[str, Any]:
@@ -136,6 +136,7 @@ class ToNNX(Module):
         warnings.warn(
             "`ToNNX.rngs` is deprecated. Please use `to_nnx__rngs` instead.",
             DeprecationWarning,
+            stacklevel=2,
         )
         return self.to_nnx__rngs
 
@@ -145,6 +146,7 @@ class ToNNX(Module):
         warnings.warn(
             "`ToNNX.module` is deprecated. Please use `to_nnx__module` instead.",
             DeprecationWarning,
+            stacklevel=2,
         )
         return self.to_nnx__module
 
@@ -305,7 +307,7 @@ class ToLinen(linen.Module):
         unknown = [path for path in incoming if path not in current]
         if unknown:
             listed = "".join(f"\n  - {'/'.join(map(str, p))}" for p in unknown)
-            warnings.warn(f"Found unknown module paths in incoming state:{listed}")
+            warnings.warn(f"Found unknown module paths in incoming state:{listed}", stacklevel=2)
         graphlib.update(module, new_state)
 
     def __getattr__(self, name: str) -> Any:

@@ -74,6 +74,7 @@ from ._nodes import REPEATED as REPEATED
 from ._nodes import ArrayRefOutput as ArrayRefOutput
 from ._nodes import DataElem as DataElem
 from ._nodes import GenericPytree as GenericPytree
+from ._nodes import GraphNode as GraphNode
 from ._nodes import GraphNodeImpl as GraphNodeImpl
 from ._nodes import HashableMapping as HashableMapping
 from ._nodes import IndexesPytreeDef as IndexesPytreeDef
@@ -112,13 +113,3 @@ from ._traverse import iter_module_children as iter_module_children
 from ._traverse import recursive_map as recursive_map
 from ._traverse import vars_as as vars_as
 from ._traverse import with_vars as with_vars
-
-
-class _GraphNodeMeta(type):
-    def __instancecheck__(cls, instance: object) -> bool:
-        return type(instance) in GRAPH_REGISTRY
-
-
-class GraphNode(metaclass=_GraphNodeMeta):
-    """Transitional: ``isinstance(x, GraphNode)`` means "x is a registered graph node"
-    (a Pytree/Module); new code should use ``is_node_module`` or ``nnx.Pytree``."""

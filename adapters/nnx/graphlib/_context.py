@@ -21,7 +21,7 @@ import jax
 from ..statelib import State
 from ..variablelib import Variable
 from ._defs import GraphDef, NodeDef, NodeRef, VariableDef
-from ._flatten import flatten, set_graph_mode, set_graph_updates, unflatten
+from ._flatten import _sort_key, flatten, set_graph_mode, set_graph_updates, unflatten
 from ._nodes import IndexMap, PathParts, PythonRefMap, RefMap, is_graph_node
 from ._state import FlatState, flatten_nested, from_flat_state, make_flat_state, update_variable
 
@@ -59,7 +59,7 @@ def _merge_to_flat_state(states: Iterable[Any]) -> list[Any]:
             pairs.extend(state)
         else:
             pairs.append(((), state))
-    pairs.sort(key=lambda kv: tuple((0, k) if isinstance(k, int) else (1, str(k)) for k in kv[0]))
+    pairs.sort(key=lambda kv: _sort_key(kv[0]))
     return [value for _, value in pairs]
 
 

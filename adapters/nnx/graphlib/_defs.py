@@ -192,14 +192,6 @@ class GraphDef(Generic[Node]):
         returns ``(output, (graphdef, state))`` of the updated node."""
         return _APPLY[0](self, state, *states, graph=graph)
 
-    def __repr__(self) -> str:
-        lines = ",\n".join(f"    {n!r}" for n in self.nodes)
-        attrs = ",\n".join(f"    {a!r}" for a in self.attributes)
-        return (
-            f"GraphDef(\n  nodes=[\n{lines}\n  ],\n  attributes=[\n{attrs}\n  ],\n"
-            f"  num_leaves={self.num_leaves}\n)"
-        )
-
 
 # ``GraphDef.apply`` needs merge/flatten, defined above this file; the API module fills this.
 _APPLY: list[Any] = [None]

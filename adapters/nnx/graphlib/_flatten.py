@@ -226,8 +226,15 @@ def _tree_flatten(
             paths.append(path)
 
 
+def _key_rank(k: Any) -> tuple[int, Any]:
+    if isinstance(k, int):
+        return (0, k)
+    return (1, k) if isinstance(k, str) else (2, k)
+
+
 def _sort_key(path: PathParts) -> tuple[Any, ...]:
-    return tuple((0, k) if isinstance(k, int) else (1, str(k)) for k in path)
+    """Sort key of a path: Python's order of its keys, ints before strings."""
+    return tuple(_key_rank(k) for k in path)
 
 
 def flatten(

@@ -10,7 +10,7 @@ children. Variables and array refs are neither: they are the leaves that carry s
 
 import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import jax
 import numpy as np
@@ -280,6 +280,16 @@ def register_pytree_node_type(
     )
 
 
+class _GraphNodeMeta(type):
+    def __instancecheck__(cls, instance: object) -> bool:
+        return type(instance) in GRAPH_REGISTRY
+
+
+class GraphNode(metaclass=_GraphNodeMeta):
+    """Transitional: ``isinstance(x, GraphNode)`` means "x is a registered graph node"
+    (a Pytree/Module); new code should use ``is_node_module`` or ``nnx.Pytree``."""
+
+
 class GenericPytree:
     """Stand-in type of the NodeDef of a pytree known to JAX but not registered here."""
 
@@ -382,27 +392,11 @@ def jax_to_nnx_path(jax_path: tuple[Any, ...], /) -> PathParts:
     return tuple(_key_path_to_key(part) for part in jax_path)
 
 
-class IndexesPytreeDef:
-    """Aux data of a generic pytree: its treedef and each key's position in JAX's order."""
+class IndexesPytreeDef(NamedTuple):
+    """Aux data of a generic pytree: each key's position in JAX's order, and the treedef."""
 
-    __slots__ = ("key_index", "treedef")
-
-    def __init__(self, key_index: HashableMapping, treedef: Any) -> None:
-        self.key_index = key_index
-        self.treedef = treedef
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, IndexesPytreeDef)
-            and self.key_index == other.key_index
-            and self.treedef == other.treedef
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.key_index, self.treedef))
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.key_index, self.treedef))
+    key_index: HashableMapping
+    treedef: Any
 
 
 def _flatten_pytree(pytree: Any) -> tuple[list[tuple[Any, Any]], IndexesPytreeDef]:

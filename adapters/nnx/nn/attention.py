@@ -435,7 +435,7 @@ class MultiHeadAttention(Module):
             decode,
             self.decode,
             error_msg=(
-                "No `decode` argument was provided to MultiHeadAttention as either a "
+                "No `decode` argument was provided to MultiHeadAttention\n        as either a "
                 "__call__ argument, class attribute, or nnx.flag."
             ),
         )
@@ -467,8 +467,8 @@ class MultiHeadAttention(Module):
             deterministic,
             self.deterministic,
             error_msg=(
-                "No `deterministic` argument was provided to MultiHeadAttention as either a "
-                "__call__ argument, class attribute, or nnx.flag."
+                "No `deterministic` argument was provided to MultiHeadAttention\n"
+                "          as either a __call__ argument, class attribute, or nnx.flag."
             ),
         )
         if deterministic:

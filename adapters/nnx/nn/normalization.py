@@ -568,7 +568,7 @@ class SpectralNorm(Module):
             update_stats,
             not self.use_running_average,
             error_msg=(
-                "No `update_stats` argument was provided to SpectralNorm as either a "
+                "No `update_stats` argument was provided to SpectralNorm\n        as either a "
                 "__call__ argument or __init__ argument."
             ),
         )

@@ -26,10 +26,9 @@ from .. import filterlib
 from ..graphlib import merge, split, update
 from ..module import Module
 from ..pytreelib import data
-from ..rnglib import Rngs, RngStream, split_rngs
+from ..rnglib import Rngs, RngState, RngStream, split_rngs
 from ..transforms.iteration import Carry as _CarryAxis
 from ..transforms.iteration import StateAxes
-from ..variablelib import RngState
 from . import initializers
 from .activations import sigmoid, tanh
 from .dtypes import promote_dtype
@@ -528,7 +527,9 @@ def _scan_cell(
     def step(loop_carry: Any, x: Any) -> tuple[Any, Any]:
         cell_states, cell_carry = loop_carry
         xs_states, x = x
-        parts = list(states)
+        # Broadcast state: new Variables of this trace holding the outer values (a
+        # change made to them by a step stays in that step).
+        parts = [jax.tree.map(lambda v: v, s) for s in states]
         for i, s in zip(carried, cell_states, strict=True):
             parts[i] = s
         for i, s in zip(scanned, xs_states, strict=True):

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import graphlib, statelib
+from ..pytreelib import Pytree, data
 from ..variablelib import Variable
-from ._base import Pytree, as_data, filtered_state
 
 A = TypeVar("A")
 
@@ -57,7 +57,7 @@ class EMA(Pytree):
         self.graph = graph
         self.decay = decay
         self.filter = only
-        self.params = as_data(_shadow_copy(filtered_state(params, only, graph)))
+        self.params = data(_shadow_copy(graphlib.state(params, only, graph=graph)))
 
     def update(self, updates: Any) -> None:
         """Blend in the tracked Variables of ``updates`` (shaped like the ``params`` given
@@ -70,15 +70,12 @@ class EMA(Pytree):
         jax.tree.map(
             blend,
             self.params,
-            filtered_state(updates, self.filter, self.graph),
+            graphlib.state(updates, self.filter, graph=self.graph),
             is_leaf=lambda x: isinstance(x, Variable),
         )
 
     def apply_to(self, model: A) -> A:
         """A new model like ``model`` whose tracked Variables are this EMA's (shared, not
         copied); its other state is ``model``'s."""
-        if self.graph is None:
-            graphdef, state = graphlib.split(model)
-        else:
-            graphdef, state = graphlib.split(model, graph=self.graph)
+        graphdef, state = graphlib.split(model, graph=self.graph)
         return graphlib.merge(graphdef, statelib.merge_state(state, self.params))

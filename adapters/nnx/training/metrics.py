@@ -13,8 +13,8 @@ import numpy as np
 
 from ... import struct
 from .. import graphlib
+from ..pytreelib import Pytree
 from ..variablelib import Variable
-from ._base import Pytree
 
 
 class MetricState(Variable):

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import optax
 
 from .. import graphlib
+from ..pytreelib import Pytree, data
 from ..variablelib import Param, Variable
-from ._base import Pytree, as_data, as_pure, filtered_state
 
 M = TypeVar("M")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -130,7 +130,7 @@ class Optimizer(Pytree, Generic[M]):
         self.graph = graph
         self.step = OptState(jnp.array(0, dtype=jnp.uint32))
         self.tx = tx
-        self.opt_state = as_data(to_opt_state(tx.init(filtered_state(model, wrt, graph))))
+        self.opt_state = data(to_opt_state(tx.init(graphlib.state(model, wrt, graph=graph))))
         self.wrt = wrt
 
     def __getattr__(self, name: str) -> Any:
@@ -155,10 +155,10 @@ class Optimizer(Pytree, Generic[M]):
         Returns:
           The updates, with the structure of the ``wrt`` state of ``model``.
         """
-        params = as_pure(filtered_state(model, self.wrt, self.graph))
-        grad_values = as_pure(filtered_state(grads, self.wrt, self.graph))
+        params = graphlib.as_pure(graphlib.state(model, self.wrt, graph=self.graph))
+        grad_values = graphlib.as_pure(graphlib.state(grads, self.wrt, graph=self.graph))
         updates, new_opt_state = self.tx.update(
-            grad_values, as_pure(self.opt_state), params, **as_pure(kwargs)
+            grad_values, graphlib.as_pure(self.opt_state), params, **graphlib.as_pure(kwargs)
         )
         graphlib.update(model, optax.apply_updates(params, updates))
         _set_values(self.opt_state, new_opt_state)
@@ -172,9 +172,7 @@ class ModelAndOptimizer(Optimizer[M]):
     Deprecated in Flax; kept for code written against it.
     """
 
-    def __init__(
-        self, model: M, tx: optax.GradientTransformation, *, wrt: Any = Param
-    ) -> None:
+    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Any = Param) -> None:
         super().__init__(model, tx, wrt=wrt)
         self.model = model
 

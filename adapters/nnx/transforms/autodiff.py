@@ -23,7 +23,7 @@ import jax
 import pytreemod as pm
 
 from .. import extract, graphlib
-from ..extract import NodeSlot, PrefixMapping, TreeState
+from ..extract import NodeSlot, PrefixMapping, check_prefix
 from ..statelib import State
 from ..variablelib import Param, Variable
 from .general import Purify, check_unbound, lifted_call
@@ -38,66 +38,6 @@ class DiffState(PrefixMapping):
 
     def map_prefix(self, path: tuple[Any, ...], variable: Variable) -> Any:
         return pm.to_filter(self.filter)(path, variable)
-
-
-def check_prefix(prefix: Any, prefix_name: str, fn_name: str, graph: bool, updates: bool) -> None:
-    """Flax's checks on a prefix argument (``argnums``, ``in_axes``, shardings)."""
-
-    def check(path: Any, leaf: Any) -> None:
-        where = jax.tree_util.keystr(path)
-        if isinstance(leaf, Variable):
-            raise ValueError(
-                f"Found Variable of type {type(leaf).__name__} at path {where} in "
-                f"`{prefix_name}` for nnx.{fn_name}. Variables prefixes are not supported."
-                "Pass a prefix for the entire Variable instead of passing a Variable with a "
-                "prefix for its value."
-            )
-        if isinstance(leaf, PrefixMapping) and not (graph and updates):
-            kind = type(leaf).__name__
-            raise ValueError(
-                f"`{prefix_name}` cannot contain `{kind}` objects when `graph=False` or "
-                "`graph_updates=False`. Consider the following options:\n\n"
-                f"1. Remove `{kind}` objects from `{prefix_name}`.\n"
-                "2. Enable graph mode and graph updates by passing graph=True and "
-                f"graph_updates=True to {fn_name} e.g.\n\n"
-                f"  nnx.{fn_name}(..., graph=True, graph_updates=True)\n\n"
-                f"3. Use nnx.compat.{fn_name} instead e.g.\n\n  nnx.compat.{fn_name}(...)"
-            )
-        if graph and graphlib.is_graph_node(leaf):
-            raise ValueError(
-                f"Found graph node of type {type(leaf).__name__} at path {where} in "
-                f"`{prefix_name}` for nnx.{fn_name}. Graph nodes are not allowed as prefixes "
-                "when graph=True.Consider the following options:\n\n"
-                f"1. Remove graph nodes from `{prefix_name}`.\n"
-                f"2. Enable tree mode by passing graph=False to {fn_name} e.g.\n\n"
-                f"  nnx.{fn_name}(..., graph=False)\n\n"
-                "3. If you using nnx.prefix to create the prefix, pass graph=True:\n\n"
-                "  prefix = nnx.prefix(..., graph=True)"
-            )
-        if isinstance(leaf, TreeState) and (not graph or updates):
-            msg = (
-                f"Found `TreeState` object at path {where} in `{prefix_name}` for "
-                f"nnx.{fn_name}. `TreeState` objects are only allowed as prefixes when "
-                "`graph=True` and `graph_updates=False`.Consider the following options:\n\n"
-                "1. Enable graph mode and graph updates by passing graph=True and "
-                f"graph_updates=True to {fn_name} e.g.\n\n"
-                f"  nnx.{fn_name}(..., graph=True, graph_updates=True)\n\n"
-                f"2. Use nnx.compat.{fn_name} instead e.g.\n\n  nnx.compat.{fn_name}(...)"
-            )
-            if updates:
-                msg += (
-                    "\n\n3. If you using nnx.prefix to create the prefix, pass graph=False:"
-                    "\n\n  prefix = nnx.prefix(..., graph=False)"
-                )
-            raise ValueError(msg)
-
-    jax.tree_util.tree_map_with_path(
-        check,
-        prefix,
-        is_leaf=lambda x: x is None
-        or isinstance(x, (Variable, PrefixMapping, TreeState))
-        or graphlib.is_graph_node(x),
-    )
 
 
 def _argnum_specs(argnums: Any, graph_updates: bool) -> dict[int, Any]:
@@ -360,3 +300,106 @@ def remat(
         )
 
     return wrapper
+
+
+def _no_graph_updates(name: str, graph: bool, updates: bool) -> None:
+    if graph and updates:
+        raise NotImplementedError(
+            f"graph-mode with graph_updates is not supported for nnx.{name}. "
+            "Set graph=False or graph_updates=False."
+        )
+
+
+def vjp(
+    f: Any = extract.Missing,
+    *primals: Any,
+    has_aux: bool = False,
+    reduce_axes: Sequence[Any] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.vjp`` over functions of Modules (``graph_updates=False`` or tree mode).
+
+    Returns ``(out, vjp_fn)`` (``(out, vjp_fn, aux)`` with ``has_aux``); ``vjp_fn(g)``
+    gives a cotangent per primal, a Module of cotangents for a Module.
+    """
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    _no_graph_updates("vjp", graph, updates)
+    if reduce_axes:
+        raise NotImplementedError("reduce_axes argument to vjp is deprecated")
+    if f is extract.Missing:
+        return functools.partial(vjp, has_aux=has_aux, graph=graph, graph_updates=False)
+    check_unbound(f, "vjp")
+    if not primals:
+        return functools.partial(vjp, f, has_aux=has_aux, graph=graph, graph_updates=False)
+    fun = f
+    pprimals, lowered = extract.lower(primals, graph=graph, graph_updates=False, name="vjp")
+
+    def pure(*pprimals: Any) -> Any:
+        args, raised = extract.raise_inputs(
+            pprimals, graph=graph, graph_updates=False, name="vjp"
+        )
+        out = fun(*args)
+        out, aux = out if has_aux else (out, None)
+        changes, (out, aux) = raised.lower_outputs((out, aux))
+        return out, (changes, aux)
+
+    out, vjp_fn, (changes, aux) = jax.vjp(pure, *pprimals, has_aux=True)
+    out, aux = lowered.finish(changes, (out, aux))
+
+    def cotangents(g: Any) -> Any:
+        grads = vjp_fn(extract.lower_outputs(g))
+        return tuple(_rebuild_tree(x, pprimals) for x in grads)
+
+    return (out, cotangents, aux) if has_aux else (out, cotangents)
+
+
+def _rebuild_tree(grads: Any, pargs: Any) -> Any:
+    """``grads`` (a tree of slots of cotangents) with each slot rebuilt as its object."""
+    if not any(extract.is_slot(x) for x in jax.tree.leaves(grads, is_leaf=extract.is_slot)):
+        return grads
+    nodes = _rebuild(grads, pargs)
+    return jax.tree.map(
+        lambda x: nodes[x.info.index] if isinstance(x, NodeSlot) else x,
+        grads,
+        is_leaf=extract.is_slot,
+    )
+
+
+def jvp(
+    f: Any = extract.Missing,
+    primals: Any = extract.Missing,
+    tangents: Any = extract.Missing,
+    *,
+    has_aux: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.jvp`` over functions of Modules (``graph_updates=False`` or tree mode):
+    ``(out, tangent_out)`` (and ``aux`` with ``has_aux``); Module tangents are Modules."""
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    _no_graph_updates("jvp", graph, updates)
+    if f is extract.Missing:
+        return functools.partial(jvp, has_aux=has_aux, graph=graph, graph_updates=False)
+    check_unbound(f, "jvp")
+    if primals is extract.Missing or tangents is extract.Missing:
+        return functools.partial(jvp, f, has_aux=has_aux, graph=graph, graph_updates=False)
+    fun = f
+    pprimals, lowered = extract.lower(
+        tuple(primals), graph=graph, graph_updates=False, name="jvp"
+    )
+    ptangents, _ = extract.lower(tuple(tangents), graph=graph, graph_updates=False, name="jvp")
+
+    def pure(*pprimals: Any) -> Any:
+        args, raised = extract.raise_inputs(
+            pprimals, graph=graph, graph_updates=False, name="jvp"
+        )
+        out = fun(*args)
+        out, aux = out if has_aux else (out, None)
+        changes, out = raised.lower_outputs(out)
+        return (out, changes), aux
+
+    (out, changes), (tangent_out, _), aux = jax.jvp(pure, pprimals, ptangents, has_aux=True)
+    out = lowered.finish(changes, out)
+    tangent_out = extract.raise_outputs(tangent_out)
+    return (out, tangent_out, aux) if has_aux else (out, tangent_out)

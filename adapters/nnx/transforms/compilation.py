@@ -73,19 +73,24 @@ class StateSharding(PrefixMapping):
 
 
 def _is_prefix_leaf(x: Any) -> bool:
-    return isinstance(x, (StateSharding, TreeState))
+    return isinstance(x, (StateSharding, TreeState)) or extract.is_node_leaf(x)
 
 
-def to_jax_prefix(tree: Any) -> Any:
-    """A sharding (or axes) prefix as JAX sees it: a ``StateSharding`` becomes a slot
-    with one entry per filter group, a ``TreeState`` (from ``nnx.prefix``) one per
-    Variable."""
+def to_jax_prefix(tree: Any, head: Any = None) -> Any:
+    """A sharding (or spec) prefix as JAX sees it, in the shape of lowered arguments: a
+    ``StateSharding`` becomes a slot with one entry per filter group; a ``TreeState``
+    (``nnx.prefix`` in graph mode) or a node-shaped prefix (tree mode) one entry per
+    Variable. ``head`` stands for the slot's static part (None, or ``P()`` for
+    ``shard_map``)."""
 
     def convert(x: Any) -> Any:
         if isinstance(x, StateSharding):
-            return NodeSlot(None, x.shardings, x)
+            return NodeSlot(None, x.shardings, x, head=head)
         if isinstance(x, TreeState):
-            return NodeSlot(None, (tuple(v for _, v in to_flat_state(x.state)),))
+            values = tuple(v for _, v in to_flat_state(x.state))
+            return NodeSlot(None, (values,), head=head)
+        if extract.is_node_leaf(x):
+            return NodeSlot(None, (tuple(jax.tree.leaves(x)),), head=head)
         return x
 
     return jax.tree.map(convert, tree, is_leaf=_is_prefix_leaf)
@@ -146,6 +151,8 @@ class JitWrapped(Generic[P, R]):
         partial_args: tuple[Any, ...] = (),
     ) -> None:
         functools.update_wrapper(self, fun)
+        extract.check_prefix(in_shardings, "in_shardings", "jit", graph, graph_updates)
+        extract.check_prefix(out_shardings, "out_shardings", "jit", graph, graph_updates)
         self.fun = fun
         self.graph, self.graph_updates = graph, graph_updates
         self.partial_args = partial_args
@@ -422,3 +429,151 @@ def jit_partial(
         graph_updates=updates,
         partial_args=partial_args,
     )
+
+
+def _leaf_specs(
+    lowered: Any, pargs: Any, in_specs: Any, args: tuple[Any, ...]
+) -> list[Any]:
+    """The spec of each Variable of the joint state, from the slot (and its prefix) that
+    carries it: the out spec of that Variable's update."""
+    per_slot: dict[int, Any] = {}
+    specs = in_specs if isinstance(in_specs, (tuple, list)) else (in_specs,) * len(args)
+    for i, (arg, spec) in enumerate(zip(args, specs)):
+        flat = extract.broadcast_prefix(
+            spec, arg, prefix_is_leaf=lambda x: x is None or _is_prefix_leaf(x)
+        )
+        slots = [x for x in jax.tree.leaves(pargs[i], is_leaf=extract.is_slot)]
+        for slot, p in zip(_slots_of(slots), flat):
+            per_slot[slot.info.index] = p
+    out: list[Any] = []
+    for slot in sorted(
+        _slots_of(jax.tree.leaves(pargs, is_leaf=extract.is_slot)), key=lambda s: s.info.index
+    ):
+        p = per_slot.get(slot.info.index)
+        for g, paths in enumerate(slot.info.paths):
+            for j, path in enumerate(paths):
+                out.append(_spec_for(p, g, j, path))
+    return out
+
+
+def _slots_of(leaves: list[Any]) -> list[NodeSlot]:
+    return [x for x in leaves if isinstance(x, NodeSlot)]
+
+
+def _spec_for(prefix: Any, group: int, j: int, path: Any) -> Any:
+    if isinstance(prefix, StateSharding):
+        return prefix.shardings[group]
+    if isinstance(prefix, TreeState):
+        return dict(to_flat_state(prefix.state)).get(tuple(path))
+    if extract.is_node_leaf(prefix):
+        return jax.tree.leaves(prefix)[j]
+    return prefix
+
+
+def shard_map(
+    f: Any = extract.Missing,
+    *,
+    mesh: Any,
+    in_specs: Any,
+    out_specs: Any,
+    axis_names: Any = frozenset(),
+    check_vma: bool = True,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.shard_map`` over functions of Modules: ``in_specs`` take ``StateSharding``
+    (graph updates) and ``nnx.prefix`` trees in a node's place; the Variables the function
+    changes come back with their input's spec."""
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    if f is extract.Missing:
+        return functools.partial(
+            shard_map,
+            mesh=mesh,
+            in_specs=in_specs,
+            out_specs=out_specs,
+            axis_names=axis_names,
+            check_vma=check_vma,
+            graph=graph,
+            graph_updates=updates,
+        )
+    fun, _, was_bound = resolve_bound_callable(f)
+    if was_bound:
+        raise_bound_method_error("shard_map")
+    extract.check_prefix(in_specs, "in_specs", "shard_map", graph, updates)
+    extract.check_prefix(out_specs, "out_specs", "shard_map", graph, updates)
+    head = jax.sharding.PartitionSpec()
+    jax_in_specs = to_jax_prefix(in_specs, head)
+    jax_out_specs = to_jax_prefix(out_specs, head)
+    groups = any(
+        isinstance(x, StateSharding) for x in jax.tree.leaves(in_specs, is_leaf=_is_prefix_leaf)
+    )
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any) -> Any:
+        node_prefix = _arg_node_prefixes(in_specs, args) if groups else None
+
+        def group(keypath: Any, path: Any, leaf: Any) -> int:
+            p = node_prefix(keypath) if node_prefix else None
+            return p.group(path, leaf) if isinstance(p, StateSharding) else 0
+
+        def n_groups(keypath: Any) -> int:
+            p = node_prefix(keypath) if node_prefix else None
+            return len(p.filters) if isinstance(p, StateSharding) else 1
+
+        def meta(keypath: Any) -> Any:
+            p = node_prefix(keypath) if node_prefix else None
+            return p if isinstance(p, StateSharding) else None
+
+        pargs, lowered = extract.lower(
+            args,
+            graph=graph,
+            graph_updates=updates,
+            name="shard_map",
+            keep_all=lambda _: True,
+            group=group if groups else None,
+            n_groups=n_groups if groups else None,
+            meta=meta if groups else None,
+        )
+        specs = _leaf_specs(lowered, pargs, in_specs, args)
+        variable_specs = [
+            s for s, leaf in zip(specs, lowered.leaves) if isinstance(leaf, Variable)
+        ]
+        indices = tuple(i for i, leaf in enumerate(lowered.leaves) if isinstance(leaf, Variable))
+        update_specs = extract.Updates(indices, variable_specs)
+
+        def pure(*pargs: Any) -> Any:
+            a, raised = extract.raise_inputs(
+                pargs, graph=graph, graph_updates=updates, name="shard_map"
+            )
+            return raised.lower_outputs(fun(*a))
+
+        mapped = jax.shard_map(
+            pure,
+            mesh=mesh,
+            in_specs=jax_in_specs,
+            out_specs=(update_specs, jax_out_specs),
+            axis_names=axis_names,
+            check_vma=check_vma,
+        )
+        changes, out = mapped(*pargs)
+        return lowered.finish(changes, out)
+
+    return wrapper
+
+
+def _arg_node_prefixes(in_specs: Any, args: tuple[Any, ...]) -> Callable[[Any], Any]:
+    specs = in_specs if isinstance(in_specs, (tuple, list)) else (in_specs,) * len(args)
+
+    def lookup(keypath: Any) -> Any:
+        i = keypath[0].idx
+        arg = args[i]
+        flat = extract.broadcast_prefix(
+            specs[i], arg, prefix_is_leaf=lambda x: x is None or _is_prefix_leaf(x)
+        )
+        target = _follow(arg, keypath[1:])
+        for leaf, p in zip(jax.tree_util.tree_leaves(arg, is_leaf=extract.is_node_leaf), flat):
+            if leaf is target:
+                return p
+        return None
+
+    return lookup

@@ -10,10 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx as fnnx
+from flax.nnx.nn import dtypes as flax_dtypes
 
 from adapters import nnx
 from adapters.nnx.nn import dtypes, initializers
-from adapters.nnx.nn.linear import canonicalize_padding
+from adapters.nnx.nn.linear import canonicalize_padding, first_from
 
 
 def _params(module):
@@ -40,9 +41,7 @@ CASES = [
     ("LinearGeneral", ((2, 3), (4, 5)), {"axis": (1, -1)}, (6, 2, 3)),
     ("LinearGeneral", (3, 2), {"batch_axis": {0: 2}, "axis": -1}, (2, 5, 3)),
     ("Einsum", ("nta,hab->nthb", (8, 2, 4), (8, 4)), {}, (3, 5, 2)),
-    ("Conv", (3, 4, (3, 3)), {"strides": 2, "padding": "CIRCULAR"}, (2, 7, 7, 3)),
     ("Conv", (4, 6, 3), {"feature_group_count": 2, "padding": "CAUSAL"}, (9, 4)),
-    ("ConvTranspose", (3, 4, (3,)), {"strides": (2,), "padding": "CIRCULAR"}, (2, 5, 3)),
     ("ConvTranspose", (3, 2, 2), {"transpose_kernel": True, "param_dtype": jnp.bfloat16}, (5, 3)),
 ]
 
@@ -165,7 +164,7 @@ def test_dtypes_and_initializers_match_flax():
     x, w = jnp.ones(2, jnp.bfloat16), jnp.ones(2, jnp.float32)
     with jax.numpy_dtype_promotion("standard"):
         promoted = dtypes.promote_dtype((x, w, None))
-        assert promoted[0].dtype == fnnx.nn.dtypes.promote_dtype((x, w))[0].dtype == jnp.float32
+        assert promoted[0].dtype == flax_dtypes.promote_dtype((x, w))[0].dtype == jnp.float32
     assert isinstance(promoted, tuple) and promoted[2] is None
     (i,) = dtypes.promote_dtype((jnp.ones(2, jnp.int32),), inexact=False)
     assert i.dtype == jnp.int32
@@ -194,8 +193,8 @@ def test_errors_match_flax():
     with pytest.raises(ValueError, match="Causal padding is only implemented for 1D"):
         nnx.Conv(2, 3, (2, 2), padding="CAUSAL", rngs=nnx.Rngs(0))(jnp.ones((4, 4, 2)))
     with pytest.raises(ValueError, match=r"Invalid padding format: \[\(1, 2, 3\)\]"):
-        canonicalize_padding([(1, 2, 3)], 1)
+        canonicalize_padding([(1, 2, 3)], 1)  # type: ignore[arg-type]
     assert canonicalize_padding([1, (0, 2)], 2) == [(1, 1), (0, 2)]
     assert canonicalize_padding("same", 2) == "same"
     with pytest.raises(ValueError, match="No `einsum_str` argument was provided"):
-        nnx.nn.linear.first_from(None, None, error_msg="No `einsum_str` argument was provided")
+        first_from(None, None, error_msg="No `einsum_str` argument was provided")
