@@ -125,7 +125,7 @@ def check_consistent_aliasing(
     if node_prefixes is None:
         node_prefixes = {}
     variables: dict[int, Variable] = {}
-    for path, value in graphlib.iter_graph(node):
+    for path, value in graphlib.iter_graph(node, graph=True):
         if isinstance(value, Variable):
             p = prefix.map_prefix(path, value) if isinstance(prefix, PrefixMapping) else prefix
             variables[id(value)] = value
@@ -145,6 +145,23 @@ def check_consistent_aliasing(
             "Inconsistent aliasing detected. The following nodes have different prefixes:\n"
             + "\n".join(messages)
         )
+
+
+def check_prefix_aliasing(tree: Any, prefix: Any) -> None:
+    """``check_consistent_aliasing`` over every node of ``tree`` with its part of
+    ``prefix`` (a tree prefix of ``tree``)."""
+    prefixes = broadcast_prefix(
+        prefix,
+        tree,
+        prefix_is_leaf=lambda x: x is None
+        or isinstance(x, (PrefixMapping, TreeState))
+        or is_node_leaf(x),
+    )
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=is_node_leaf)
+    node_prefixes: dict[int, list[tuple[PathParts, Any]]] = {}
+    for leaf, p in zip(leaves, prefixes):
+        if is_node_leaf(leaf):
+            check_consistent_aliasing(leaf, p, node_prefixes=node_prefixes)
 
 
 def _hashable(x: Any) -> Any:
@@ -296,6 +313,7 @@ class Lowered:
 
     nodes: tuple[Any, ...]
     leaves: list[Any]  # the joint state's leaves, in flat order (the caller's Variables)
+    paths: list[PathParts]  # their paths: (node index, *path in the node)
     graph: bool
     graph_updates: bool
     name: str
@@ -305,7 +323,7 @@ class Lowered:
         joint = updates.joint
         if joint is not None:
             fresh_in, fresh_out = _merge_joint(joint)
-            mapping = graft(fresh_in, self.nodes)
+            mapping = graft((fresh_in, fresh_out), self.nodes, joint.info.value[2])
             outs = [_remap(x, mapping) for x in fresh_out]
             return _fill_out(out, outs)
         for i, value in zip(updates.indices, updates.values):
@@ -342,7 +360,7 @@ def lower(
     where = [i for i, (_, x) in enumerate(flat) if is_node_leaf(x)]
     nodes = tuple(flat[i][1] for i in where)
     if not nodes:
-        return tree, Lowered((), [], graph, graph_updates, name)
+        return tree, Lowered((), [], [], graph, graph_updates, name)
     if not graph:
         check_no_aliases(name, args=[flat[i][1] for i in where])
     graphdef, state = graphlib.split(nodes)
@@ -369,8 +387,13 @@ def lower(
         )
         slot_meta = meta(keypath) if meta else None
         out_leaves[i] = NodeSlot(info, tuple(tuple(b) for b in buckets), slot_meta)
-    lowered = Lowered(nodes, leaves, graph, graph_updates, name)
+    lowered = Lowered(nodes, leaves, [p for p, _ in joint], graph, graph_updates, name)
     return jax.tree_util.tree_unflatten(treedef, out_leaves), lowered
+
+
+def _group_sharding(meta: Any, group: int) -> Any:
+    shardings = getattr(meta, "shardings", None)
+    return shardings[group] if shardings is not None else meta
 
 
 def _raw(x: Any) -> Any:
@@ -389,6 +412,14 @@ class Raised:
     graph: bool
     graph_updates: bool
     name: str
+    shardings: dict[PathParts, Any]  # joint path -> sharding of its returned value
+    origins: dict[int, PathParts] = dataclasses.field(default_factory=dict)
+
+    def _constrain(self, path: PathParts, value: Any) -> Any:
+        sharding = self.shardings.get(path)
+        if sharding is None:
+            return value
+        return jax.lax.with_sharding_constraint(value, sharding)
 
     def lower_outputs(self, out: Any) -> tuple["Updates", Any]:
         """The Variables' changes and ``out`` with its nodes lowered (see ``Lowered``)."""
@@ -399,7 +430,7 @@ class Raised:
                 now = leaf.get_raw_value()
                 if now is not before or j in self.keep:
                     changed.append(j)
-                    values.append(now)
+                    values.append(self._constrain(self.entry[j][0], now))
         structural = False
         if self.graph_updates and self.nodes:
             graphdef, state = graphlib.split(self.nodes)
@@ -411,7 +442,27 @@ class Raised:
         if structural or aliased:
             graphdef, state = graphlib.split((self.nodes, tuple(out_nodes)))
             flat = list(to_flat_state(state))
-            joint = Joint(_Static((graphdef, tuple(p for p, _ in flat))), [v for _, v in flat])
+            leaves = [
+                self._constrain(p[1:], v) if p[0] == 0 and not isinstance(v, Variable) else v
+                for p, v in flat
+            ]
+            if self.shardings:
+                leaves = [
+                    v.replace(self._constrain(p[1:], v.get_raw_value()))
+                    if p[0] == 0 and isinstance(v, Variable)
+                    else v
+                    for p, v in zip((p for p, _ in flat), leaves)
+                ]
+            # Where each object of the joint graph was among the inputs: the caller's
+            # object at that place is the one it stands for (identity follows objects,
+            # not places: swapped Variables stay swapped).
+            origins = tuple(
+                (path, self.origins[id(obj)])
+                for path, obj in graphlib.iter_graph((self.nodes, tuple(out_nodes)), graph=True)
+                if id(obj) in self.origins
+            )
+            info = _Static((graphdef, tuple(p for p, _ in flat), origins))
+            joint = Joint(info, leaves)
             return Updates((), [], joint=joint), _mark_out(out)
         return Updates(tuple(changed), values), lower_outputs(out)
 
@@ -442,18 +493,27 @@ def _dict_keys(path: PathParts) -> tuple[Any, ...]:
 
 
 def raise_inputs(
-    pure: Any, *, graph: bool, graph_updates: bool, name: str
+    pure: Any, *, graph: bool, graph_updates: bool, name: str, constrain: bool = False
 ) -> tuple[Any, Raised]:
-    """Rebuild the nodes of a lowered tree (inside the transform)."""
+    """Rebuild the nodes of a lowered tree (inside the transform).
+
+    With ``constrain`` (jit), a slot whose prefix is a sharding (or a ``StateSharding``)
+    gives its Variables' returned values that sharding, as their inputs had."""
     flat, treedef = jax.tree_util.tree_flatten(pure, is_leaf=is_slot)
     slots = [(i, x) for i, x in enumerate(flat) if isinstance(x, NodeSlot)]
     if not slots:
-        return pure, Raised((), None, [], [], frozenset(), graph, graph_updates, name)
+        return pure, Raised((), None, [], [], frozenset(), graph, graph_updates, name, {})
     graphdef = slots[0][1].info.graphdef
     joint: dict[PathParts, Any] = {}
     keep_paths: set[PathParts] = set()
+    shardings: dict[PathParts, Any] = {}
     for _, slot in slots:
         info = slot.info
+        if constrain and slot.meta is not None:
+            for g, paths in enumerate(info.paths):
+                sharding = _group_sharding(slot.meta, g)
+                for path in paths:
+                    shardings[(info.index, *path)] = sharding
         # Fresh Variables at this trace level (a non-differentiated argument of jax.grad,
         # a closed-over one, is the caller's own object).
         groups = jax.tree.map(lambda x: x, slot.groups)
@@ -469,7 +529,16 @@ def raise_inputs(
     for (i, _), node in zip(slots, nodes):
         flat[i] = node
     raised = Raised(
-        tuple(nodes), graphdef, entry, [_raw(v) for _, v in entry], keep, graph, graph_updates, name
+        tuple(nodes),
+        graphdef,
+        entry,
+        [_raw(v) for _, v in entry],
+        keep,
+        graph,
+        graph_updates,
+        name,
+        shardings,
+        _objects_by_id(nodes) if graph_updates else {},
     )
     return jax.tree_util.tree_unflatten(treedef, flat), raised
 
@@ -519,7 +588,7 @@ jax.tree_util.register_pytree_node(
 
 
 def _merge_joint(joint: Joint) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    graphdef, paths = joint.info.value
+    graphdef, paths, _ = joint.info.value
     fresh_in, fresh_out = graphlib.merge(
         graphdef, State.from_flat_path(dict(zip(paths, joint.leaves)))
     )
@@ -591,23 +660,28 @@ def raise_outputs(out: Any) -> Any:
 # --------------------------------------------------------------------------- graft
 
 
-def _objects_by_path(root: Any) -> dict[PathParts, Any]:
-    return {
-        p: v for p, v in graphlib.iter_graph(root) if isinstance(v, Variable) or is_node_leaf(v)
-    }
+def _is_object(x: Any) -> bool:
+    return isinstance(x, Variable) or is_node_leaf(x) or type(x) in (list, dict)
 
 
-def graft(fresh: Any, original: Any) -> dict[int, Any]:
-    """Make the caller's objects ``original`` look like ``fresh`` (same graph shape, built
-    inside a transform): each fresh node or Variable at a path where ``original`` has one
-    of the same type is written into it; new objects are kept, their references to fresh
-    objects redirected to the caller's. Returns the map from fresh ids to targets."""
-    before = _objects_by_path(original)
-    pairs = _objects_by_path(fresh)
+def _objects_by_id(root: Any) -> dict[int, PathParts]:
+    return {id(v): p for p, v in graphlib.iter_graph(root, graph=True) if _is_object(v)}
+
+
+def graft(
+    fresh: Any, original: Any, origins: tuple[tuple[PathParts, PathParts], ...]
+) -> dict[int, Any]:
+    """Make the caller's objects (under ``original``) look like ``fresh`` (the joint graph
+    rebuilt from a transform's output). ``origins`` pairs a path in ``fresh`` with the
+    path in ``original`` of the input object it stands for: that object receives the
+    fresh one's contents. New objects are kept, their references to fresh objects
+    redirected to the caller's. Returns the map from fresh ids to targets."""
+    before = {p: v for p, v in graphlib.iter_graph(original, graph=True) if _is_object(v)}
+    pairs = {p: v for p, v in graphlib.iter_graph(fresh, graph=True) if _is_object(v)}
     mapping: dict[int, Any] = {}
-    for path, obj in pairs.items():
-        old = before.get(path)
-        if old is not None and type(old) is type(obj) and old is not obj:
+    for path, origin in origins:
+        obj, old = pairs.get(path), before.get(origin)
+        if obj is not None and old is not None and type(old) is type(obj):
             mapping[id(obj)] = old
     for obj in pairs.values():
         _copy_into(mapping.get(id(obj), obj), obj, mapping)

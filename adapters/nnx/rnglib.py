@@ -6,6 +6,8 @@ Variables whose ``tag`` metadata is the stream's name. Calling it returns
 ``jax.random.fold_in(key, count)`` and adds one to the counter, so ``Rngs(0)`` yields
 exactly the keys Flax's does and a layer built from the same seed gets the same
 parameters. ``Rngs`` is a set of named streams with a ``default`` fallback.
+``RngState``/``RngKey``/``RngCount`` are defined in ``variablelib`` (``pytreelib``, below
+this module, groups them in its size summaries) and re-exported here under Flax's path.
 
 Graph-wide helpers (``split_rngs``, ``fork_rngs``, ``with_rngs``, ``reseed``) find the
 streams with ``graphlib``'s traversals and select them with NNX filters (a string filter
@@ -27,28 +29,15 @@ from adapters.typing import MISSING, Missing
 
 from . import filterlib, graphlib
 from .pytreelib import Pytree
-from .variablelib import Variable
+from .variablelib import RngCount as RngCount
+from .variablelib import RngKey as RngKey
+from .variablelib import RngState as RngState
 
 F = TypeVar("F", bound=Callable[..., Any])
 A = TypeVar("A")
 RngValue = int | jax.Array
 SplitShape = int | tuple[int, ...]
 Filter = Any
-
-
-class RngState(Variable[A]):
-    """State of an RNG stream (its key or its counter); metadata ``tag`` names the stream."""
-
-    tag: str
-
-
-class RngKey(RngState[A]):
-    """The key of an RNG stream."""
-
-
-class RngCount(RngState[A]):
-    """The call counter of an RNG stream."""
-
 
 NotKey = filterlib.All(RngState, filterlib.Not(RngKey))
 

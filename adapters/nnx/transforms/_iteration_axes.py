@@ -12,7 +12,7 @@ import jax
 
 import pytreemod as pm
 
-from .. import filterlib, graphlib
+from .. import extract, filterlib, graphlib
 from ..statelib import State
 from ..variablelib import Variable
 
@@ -130,14 +130,25 @@ def is_node(x: Any) -> bool:
     return type(x) not in (list, tuple, dict) and graphlib.is_graph_node(x)
 
 
+def is_tree_state(x: Any) -> bool:
+    """Whether ``x`` is a node-shaped prefix built by ``nnx.prefix(..., graph=True)``."""
+    tree_state = getattr(extract, "TreeState", None)
+    return tree_state is not None and isinstance(x, tree_state)
+
+
 def is_prefix_leaf(x: Any) -> bool:
-    return x is None or x is Carry or isinstance(x, StateAxes)
+    return x is None or x is Carry or isinstance(x, StateAxes) or is_tree_state(x)
 
 
 def axis_of(prefix: Any, path: Path, value: Any) -> Any:
     """The axis ``prefix`` gives the leaf ``value`` at ``path`` (inside its graph node)."""
     if isinstance(prefix, StateAxes):
         return prefix.map_prefix(path, value)
+    if is_tree_state(prefix):
+        for p, axis in prefix.state.flat_state():
+            if tuple(p) == tuple(path):
+                return axis.get_value() if isinstance(axis, Variable) else axis
+        raise ValueError(f"No axis found for {path=}, {value=} in {prefix!r}")
     return prefix
 
 
@@ -168,6 +179,24 @@ def check_prefix(
                 f"3. Use nnx.compat.{fn_name} instead e.g.\n\n"
                 f"  nnx.compat.{fn_name}(...)"
             )
+        if is_tree_state(leaf) and (not graph or graph_updates):
+            msg = (
+                f"Found `TreeState` object at path {jax.tree_util.keystr(path)} in "
+                f"`{name}` for nnx.{fn_name}. `TreeState` objects are only "
+                "allowed as prefixes when `graph=True` and `graph_updates=False`."
+                "Consider the following options:\n\n"
+                "1. Enable graph mode and graph updates by passing graph=True and "
+                f"graph_updates=True to {fn_name} e.g.\n\n"
+                f"  nnx.{fn_name}(..., graph=True, graph_updates=True)\n\n"
+                f"2. Use nnx.compat.{fn_name} instead e.g.\n\n"
+                f"  nnx.compat.{fn_name}(...)"
+            )
+            if graph_updates:
+                msg += (
+                    "\n\n3. If you using nnx.prefix to create the prefix, pass graph=False:\n\n"
+                    "  prefix = nnx.prefix(..., graph=False)"
+                )
+            raise ValueError(msg)
         if graph and is_node(leaf):
             raise ValueError(
                 f"Found graph node of type {type(leaf).__name__} {where} "

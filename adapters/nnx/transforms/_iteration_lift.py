@@ -110,11 +110,31 @@ def split_nodes(
     return Split(graphdef, entries), values
 
 
+@dataclasses.dataclass(frozen=True)
+class TreeShape:
+    """A tree's structure down to its graph nodes, where the axes spec is a prefix: the
+    spec's structure, then each prefix leaf's subtree (graph nodes as leaves).
+
+    In tree mode a node-shaped spec (``nnx.prefix(..., graph=False)``) reaches inside a
+    Module, so the Module's own Variables are the leaves there."""
+
+    prefix_def: Any
+    sub_defs: tuple[Any, ...]
+
+    def unflatten(self, leaves: Sequence[Any]) -> Any:
+        subtrees = []
+        i = 0
+        for sub in self.sub_defs:
+            subtrees.append(sub.unflatten(leaves[i : i + sub.num_leaves]))
+            i += sub.num_leaves
+        return self.prefix_def.unflatten(subtrees)
+
+
 @dataclasses.dataclass
 class Lowered:
     """A pytree whose graph nodes were split together; its other leaves are ``plain``."""
 
-    treedef: Any
+    treedef: TreeShape
     slots: list[tuple[bool, int]]  # per leaf: (is a node, index in nodes or plain)
     nodes: list[Any]
     prefixes: list[Any]  # per node
@@ -125,23 +145,22 @@ class Lowered:
 
     def unflatten(self, nodes: Sequence[Any], plain: Sequence[Any]) -> Any:
         leaves = [nodes[i] if is_n else plain[i] for is_n, i in self.slots]
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+        return self.treedef.unflatten(leaves)
 
 
-def _leaves_with_axes(tree: Any, prefix: Any) -> tuple[Any, list[tuple[Any, Any, Any]]]:
-    """The tree's treedef (nodes as leaves) and ``(path, axis, leaf)`` for every leaf."""
+def _leaves_with_axes(tree: Any, prefix: Any) -> tuple[TreeShape, list[tuple[Any, Any, Any]]]:
+    """The tree's shape (nodes as leaves) and ``(path, axis, leaf)`` for every leaf."""
     prefix_def = jax.tree_util.tree_structure(prefix, is_leaf=is_prefix_leaf)
-    prefix_leaves = jax.tree_util.tree_leaves(prefix, is_leaf=is_prefix_leaf)
-    prefix_paths = [
-        p for p, _ in jax.tree_util.tree_leaves_with_path(prefix, is_leaf=is_prefix_leaf)
-    ]
+    with_paths = jax.tree_util.tree_leaves_with_path(prefix, is_leaf=is_prefix_leaf)
     subtrees = prefix_def.flatten_up_to(tree)
     out: list[tuple[Any, Any, Any]] = []
-    for base, axis, sub in zip(prefix_paths, prefix_leaves, subtrees, strict=True):
-        for path, leaf in jax.tree_util.tree_leaves_with_path(sub, is_leaf=is_node):
+    sub_defs = []
+    for (base, axis), sub in zip(with_paths, subtrees, strict=True):
+        leaves, sub_def = jax.tree_util.tree_flatten_with_path(sub, is_leaf=is_node)
+        sub_defs.append(sub_def)
+        for path, leaf in leaves:
             out.append(((*base, *path), axis, leaf))
-    treedef = jax.tree_util.tree_structure(tree, is_leaf=is_node)
-    return treedef, out
+    return TreeShape(prefix_def, tuple(sub_defs)), out
 
 
 def lower(tree: Any, prefix: Any, *, known: Sequence[Any] = ()) -> Lowered:

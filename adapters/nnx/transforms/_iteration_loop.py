@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 
 import jax
 
-import pytreemod as pm
-
 from .. import graphlib
 from ..statelib import State
 from ._iteration_axes import check_prefix, is_node
@@ -90,7 +88,7 @@ def while_loop(
         val, nodes, pairs = loop.enter(carry)
         return loop.leave(val, body_fun(val), nodes, pairs)
 
-    return loop.finish(pm.while_loop(cond, body, loop.init()))
+    return loop.finish(jax.lax.while_loop(cond, body, loop.init()))
 
 
 def fori_loop(

@@ -17,7 +17,7 @@ import pytreemod as pm
 
 from .. import graphlib
 from ..module import Module
-from ._iteration_axes import Carry, StateAxes, check_prefix, is_prefix_leaf
+from ._iteration_axes import Carry, StateAxes, axis_of, check_prefix, is_prefix_leaf, is_tree_state
 from ._iteration_lift import (
     Lowered,
     Split,
@@ -75,7 +75,13 @@ def spec_axes(*specs: Any) -> list[Any]:
     found: list[Any] = [0]
     for spec in specs:
         for leaf in jax.tree_util.tree_leaves(spec, is_leaf=is_prefix_leaf):
-            for axis in leaf.axes if isinstance(leaf, StateAxes) else (leaf,):
+            if isinstance(leaf, StateAxes):
+                axes: Sequence[Any] = leaf.axes
+            elif is_tree_state(leaf):
+                axes = [axis_of(leaf, tuple(p), None) for p, _ in leaf.state.flat_state()]
+            else:
+                axes = (leaf,)
+            for axis in axes:
                 if axis is not Carry and axis not in found:
                     found.append(axis)
     if None not in found:
@@ -123,7 +129,7 @@ def rebuild_output(
             leaves.append(inputs[-1 - i])
         else:
             leaves.append(new_nodes[i])
-    return jax.tree_util.tree_unflatten(out_low.treedef, leaves)
+    return out_low.treedef.unflatten(leaves)
 
 
 def check_outputs(

@@ -20,7 +20,7 @@ import pytreemod as pm
 
 from .. import extract
 from ..extract import NodeSlot, PrefixMapping, TreeState
-from ..statelib import to_flat_state
+from ..statelib import State, to_flat_state
 from ..variablelib import Variable
 from .general import raise_bound_method_error, resolve_bound_callable
 
@@ -32,6 +32,8 @@ class StateSharding(PrefixMapping):
     """A sharding per filter for one node's state, used in ``in_shardings``/``out_shardings``."""
 
     def __init__(self, filter_sharding: Mapping[Any, Any] | Iterable[tuple[Any, Any]], /) -> None:
+        if isinstance(filter_sharding, State):
+            filter_sharding = [(_PathIs(p), v) for p, v in to_flat_state(filter_sharding)]
         items = tuple(
             filter_sharding.items() if isinstance(filter_sharding, Mapping) else filter_sharding
         )
@@ -70,6 +72,25 @@ class StateSharding(PrefixMapping):
 
     def __hash__(self) -> int:
         return hash((self._filters, self._shardings))
+
+
+class _PathIs:
+    """The filter of one exact state path (a ``StateSharding`` built from a ``State``)."""
+
+    def __init__(self, path: tuple[Any, ...]) -> None:
+        self.path = tuple(path)
+
+    def __call__(self, path: tuple[Any, ...], value: Any) -> bool:
+        return tuple(path) == self.path
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _PathIs) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __repr__(self) -> str:
+        return f"PathIs({self.path!r})"
 
 
 def _is_prefix_leaf(x: Any) -> bool:
@@ -166,7 +187,11 @@ class JitWrapped(Generic[P, R]):
 
         def pure(*args: Any, **kwargs: Any) -> Any:
             (args, kwargs), raised = extract.raise_inputs(
-                (args, kwargs), graph=graph, graph_updates=graph_updates, name="jit"
+                (args, kwargs),
+                graph=graph,
+                graph_updates=graph_updates,
+                name="jit",
+                constrain=True,
             )
             return raised.lower_outputs(fun(*args, **kwargs))
 
@@ -208,10 +233,21 @@ class JitWrapped(Generic[P, R]):
             return keypath[1].key
 
         def keep_all(keypath: Any) -> bool:
+            # Donated buffers must come back; in graph-update mode so do the Variables
+            # of a node with an input sharding (they leave with that sharding).
             where = position(keypath)
-            return where in donate or where in self.donate_names
+            if where in donate or where in self.donate_names:
+                return True
+            return self.graph_updates and node_prefix is not None and meta(keypath) is not None
 
-        node_prefix = self._node_prefixes(args, dyn_pos) if self.has_state_sharding else None
+        node_prefix = (
+            self._node_prefixes(args, dyn_pos) if self.in_shardings is not None else None
+        )
+        if self.in_shardings is not None:
+            shardings = self.in_shardings
+            if isinstance(shardings, list):
+                shardings = tuple(shardings)
+            extract.check_prefix_aliasing(tuple(args[i] for i in dyn_pos), shardings)
 
         def group(keypath: Any, path: Any, leaf: Any) -> int:
             p = node_prefix(keypath) if node_prefix else None
@@ -222,15 +258,16 @@ class JitWrapped(Generic[P, R]):
             return len(p.filters) if isinstance(p, StateSharding) else 1
 
         def meta(keypath: Any) -> Any:
+            # A sharding here also constrains the Variables' updated values (see pure).
             p = node_prefix(keypath) if node_prefix else None
-            return p if isinstance(p, StateSharding) else None
+            return p if isinstance(p, (StateSharding, jax.sharding.Sharding)) else None
 
         (pargs, pkwargs), lowered = extract.lower(
             (tuple(args[i] for i in dyn_pos), dyn_kwargs),
             graph=self.graph,
             graph_updates=self.graph_updates,
             name="jit",
-            keep_all=keep_all if donate or self.donate_names else None,
+            keep_all=keep_all if donate or self.donate_names or node_prefix else None,
             group=group if node_prefix else None,
             n_groups=n_groups if node_prefix else None,
             meta=meta if node_prefix else None,
@@ -252,7 +289,7 @@ class JitWrapped(Generic[P, R]):
                 return None
             arg = args[dyn_pos[keypath[1].idx]]
             p = per_arg[keypath[1].idx] if keypath[1].idx < len(per_arg) else None
-            if isinstance(p, StateSharding) or p is None:
+            if isinstance(p, (StateSharding, jax.sharding.Sharding)) or p is None:
                 return p
             flat = extract.broadcast_prefix(
                 p, arg, prefix_is_leaf=lambda x: x is None or _is_prefix_leaf(x)
@@ -413,6 +450,8 @@ def jit_partial(
 ) -> Any:
     """``nnx.jit(fun)`` with ``partial_args`` bound as its first arguments."""
     graph, updates = extract.resolve_modes(graph, graph_updates)
+    if not graph:
+        extract.check_no_aliases("jit", args=partial_args)
     return JitWrapped(
         fun,
         in_shardings=in_shardings,
@@ -434,26 +473,19 @@ def jit_partial(
 def _leaf_specs(
     lowered: Any, pargs: Any, in_specs: Any, args: tuple[Any, ...]
 ) -> list[Any]:
-    """The spec of each Variable of the joint state, from the slot (and its prefix) that
+    """The spec of each leaf of the joint state, from the slot (and its prefix) that
     carries it: the out spec of that Variable's update."""
-    per_slot: dict[int, Any] = {}
+    by_path: dict[Any, Any] = {}
     specs = in_specs if isinstance(in_specs, (tuple, list)) else (in_specs,) * len(args)
     for i, (arg, spec) in enumerate(zip(args, specs)):
         flat = extract.broadcast_prefix(
             spec, arg, prefix_is_leaf=lambda x: x is None or _is_prefix_leaf(x)
         )
-        slots = [x for x in jax.tree.leaves(pargs[i], is_leaf=extract.is_slot)]
-        for slot, p in zip(_slots_of(slots), flat):
-            per_slot[slot.info.index] = p
-    out: list[Any] = []
-    for slot in sorted(
-        _slots_of(jax.tree.leaves(pargs, is_leaf=extract.is_slot)), key=lambda s: s.info.index
-    ):
-        p = per_slot.get(slot.info.index)
-        for g, paths in enumerate(slot.info.paths):
-            for j, path in enumerate(paths):
-                out.append(_spec_for(p, g, j, path))
-    return out
+        for slot, p in zip(_slots_of(jax.tree.leaves(pargs[i], is_leaf=extract.is_slot)), flat):
+            for g, paths in enumerate(slot.info.paths):
+                for j, path in enumerate(paths):
+                    by_path[(slot.info.index, *path)] = _spec_for(p, g, j, path)
+    return [by_path.get(path) for path in lowered.paths]
 
 
 def _slots_of(leaves: list[Any]) -> list[NodeSlot]:
@@ -524,6 +556,8 @@ def shard_map(
             p = node_prefix(keypath) if node_prefix else None
             return p if isinstance(p, StateSharding) else None
 
+        if in_specs is not None:
+            extract.check_prefix_aliasing(args, tuple(in_specs) if isinstance(in_specs, list) else in_specs)
         pargs, lowered = extract.lower(
             args,
             graph=graph,

@@ -227,3 +227,65 @@ def test_cached_partial_needs_graph_mode_and_call_proxy():
     assert y.shape == (1, 3) and graphdef == nnx.graphdef(lin)
     y2, _ = nnx.graphdef(lin).apply(nnx.state(lin))(jnp.ones((1, 2)))
     assert jnp.allclose(y, y2)
+
+
+def test_array_refs_cross_a_transform_as_no_update_or_new_output():
+    m1 = nnx.with_vars(Lin(1, 1), ref=True)
+    assert nnx.graphlib.is_array_ref(m1.kernel.get_raw_value())
+    with nnx.update_context("refs"):
+        with nnx.split_context("refs") as ctx:
+            graphdef, leaves = ctx.flatten(m1, with_paths=False)
+
+        @jax.jit
+        def f(graphdef, leaves):
+            with nnx.merge_context("refs", True) as ctx:
+                m = ctx.unflatten(graphdef, leaves)
+            m.kernel[...] += 1
+            m.new = nnx.with_vars(Lin(1, 1), ref=True)
+            with nnx.split_context("refs") as ctx:
+                return ctx.flatten(m, with_paths=False)
+
+        graphdef_out, leaves_out = f(graphdef, leaves)
+        kinds = [type(x).__name__ for x in leaves_out]
+        assert kinds == ["NoUpdate", "NoUpdate", "ArrayRefOutput", "ArrayRefOutput"]
+        with nnx.merge_context("refs", False) as ctx:
+            m3 = ctx.unflatten(graphdef_out, leaves_out)
+    assert m3 is m1 and float(m1.kernel[...][0, 0]) == 2.0
+    assert nnx.graphlib.is_array_ref(m1.new.kernel.get_raw_value())
+
+
+def test_error_messages_of_the_graph_api():
+    lin = Lin(2, 3)
+    graphdef, state = nnx.split(lin)
+    with pytest.raises(ValueError, match="Cannot use filters with with_paths=False"):
+        with nnx.split_context() as ctx:
+            ctx.flatten(lin, nnx.Param, with_paths=False)
+    with pytest.raises(ValueError, match="Cannot use multiple flat_states when flat_state"):
+        with nnx.merge_context() as mctx:
+            mctx.unflatten(graphdef, [], nnx.to_flat_state(state))
+    with pytest.raises(ValueError, match="Only one state can be passed as a list"):
+        nnx.merge(graphdef, [], [])
+    with pytest.raises(ValueError, match="Unsupported state type"):
+        graphlib.unflatten(graphdef, 1)
+    with pytest.raises(ValueError, match="Expected GraphState object"):
+        nnx.merge(nnx.unpack(lin), state)
+    with pytest.raises(ValueError, match="Expected a State object, got dict"):
+        nnx.GraphState(graphdef, {})
+    with pytest.raises(ValueError, match="Expected exactly one non-empty state"):
+        nnx.update(lin.kernel, nnx.State({}), nnx.State({}))
+    with pytest.raises(ValueError, match="Expected a subgraph for 'kernel'"):
+        nnx.update(nnx.Dict(kernel=nnx.Dict()), {"kernel": jnp.ones(1)})
+    with pytest.raises(ValueError, match="Cannot pop key 0 from node of type tuple"):
+        nnx.pop((lin.kernel,), nnx.Param)
+    a: list = [1]
+    a.append([a])  # a cycle of two lists
+    with pytest.raises(ValueError, match="Cycle detected for list"):
+        list(nnx.iter_graph(a, graph=False))
+    with pytest.raises(ValueError, match="Duplicate"):
+        nnx.recursive_map(lambda p, x: x, [lin.kernel, lin.kernel], graph=False)
+
+    class Plain(nnx.Object):
+        pass
+
+    with pytest.raises(ValueError, match="with graph=False on a 'Plain' instance"):
+        nnx.split(Plain(), graph=False)

@@ -255,3 +255,23 @@ def test_sequential_and_train_state():
 def test_repr_reports_sizes():
     text = repr(Box(jnp.zeros(3)))
     assert text.startswith("Box( # Param: 3 (12 B)") and "label='box'" in text
+
+
+def test_container_error_messages():
+    lst = nnx.List([1, 2])
+    with pytest.raises(TypeError, match="Expected an iterable"):
+        lst[0:1] = 3
+    with pytest.raises(ValueError, match="Length mismatch"):
+        lst[0:2] = [1]
+    with pytest.raises(KeyError, match="Invalid key"):
+        lst._graph_node_set_key("a", 1)
+    del lst[0]
+    assert list(lst) == [2]
+    d = nnx.Dict(a=1)
+    with pytest.raises(KeyError):
+        del d["b"]
+    m = Sower()
+    with pytest.warns(DeprecationWarning):
+        m.perturb("p", jnp.ones(1))
+    with pytest.raises(ValueError, match="Expected 'p' to be of type 'BatchStat'"):
+        m.perturb("p", jnp.ones(1), variable_type=nnx.BatchStat)

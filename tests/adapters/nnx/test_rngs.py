@@ -199,3 +199,17 @@ def test_string_filter_is_a_stream_tag():
     assert len(nnx.to_flat_state(rest)) == 2
     counts = nnx.state(rngs, nnx.RngCount)
     assert len(nnx.to_flat_state(counts)) == 2
+
+
+def test_split_rngs_with_vmap_builds_flax_ensemble():
+    def make(lib):
+        @lib.split_rngs(splits=3)
+        @lib.vmap(in_axes=(0,), out_axes=0)
+        def create(rngs):
+            return lib.Linear(2, 3, rngs=rngs)
+
+        return create(lib.Rngs(0))
+
+    ours, theirs = make(nnx), make(fnnx)
+    assert ours.kernel.shape == (3, 2, 3)
+    np.testing.assert_array_equal(ours.kernel[...], theirs.kernel[...])

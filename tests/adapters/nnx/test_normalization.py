@@ -1,0 +1,144 @@
+"""adapters.nnx normalization layers against flax.nnx 0.12.8 (the reference): the same
+parameters and running averages, the same outputs bit for bit, the same errors."""
+
+import flax.nnx as fnnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from adapters import nnx
+
+X = jax.random.normal(jax.random.key(0), (2, 3, 8))
+
+
+def _flat(module, lib):
+    return {
+        tuple(map(str, path)): np.asarray(v[...])
+        for path, v in lib.to_flat_state(lib.state(module))
+    }
+
+
+def _assert_same(ours, theirs):
+    a, b = _flat(ours, nnx), _flat(theirs, fnnx)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype, k
+        np.testing.assert_array_equal(a[k], b[k], err_msg=str(k))
+
+
+BUILDERS = {
+    "batch": lambda lib: lib.BatchNorm(8, momentum=0.9, rngs=lib.Rngs(0)),
+    "layer": lambda lib: lib.LayerNorm(
+        8, reduction_axes=(1, 2), use_fast_variance=False, rngs=lib.Rngs(0)
+    ),
+    "rms": lambda lib: lib.RMSNorm(8, rngs=lib.Rngs(0)),
+    "group": lambda lib: lib.GroupNorm(8, num_groups=None, group_size=2, rngs=lib.Rngs(0)),
+    "instance": lambda lib: lib.InstanceNorm(
+        8, dtype=jnp.float16, param_dtype=jnp.bfloat16, use_scale=False, rngs=lib.Rngs(0)
+    ),
+    "spectral": lambda lib: lib.SpectralNorm(
+        lib.Linear(8, 5, rngs=lib.Rngs(0)), n_steps=3, rngs=lib.Rngs(1)
+    ),
+    "weight": lambda lib: lib.WeightNorm(
+        lib.Linear(8, 5, rngs=lib.Rngs(0)), feature_axes=None, rngs=lib.Rngs(1)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_matches_flax_twice(name):
+    ours, theirs = BUILDERS[name](nnx), BUILDERS[name](fnnx)
+    _assert_same(ours, theirs)
+    calls = 2 if name == "batch" else 1  # the 2nd call sees the running averages left
+    for _ in range(calls):  # compiled: a few compilations instead of one per eager op
+        with jax.numpy_dtype_promotion("standard"):  # flax mixes dtypes implicitly
+            expected = fnnx.jit(_call)(theirs, X)
+        np.testing.assert_array_equal(nnx.jit(_call)(ours, X), expected)
+        _assert_same(ours, theirs)
+
+
+def _call(module, x):
+    return module(x)
+
+
+def test_batchnorm_modes_and_mask():
+    ours, theirs = BUILDERS["batch"](nnx), BUILDERS["batch"](fnnx)
+    mask = X > 0
+    np.testing.assert_array_equal(ours(X, mask=mask), theirs(X, mask=mask))
+    ours.eval()
+    before = np.asarray(ours.mean[...])
+    np.testing.assert_array_equal(ours(X), theirs(X, use_running_average=True))
+    np.testing.assert_array_equal(ours.mean[...], before)  # evaluation leaves them alone
+    assert type(ours.mean) is nnx.BatchStat and type(ours.scale) is nnx.Param
+
+
+def test_metadata_and_absent_params():
+    layer = nnx.LayerNorm(3, use_bias=False, scale_metadata={"note": "x"}, rngs=nnx.Rngs(0))
+    assert layer.bias is None and layer.scale.note == "x"
+    assert [p for p, _ in nnx.to_flat_state(nnx.state(layer))] == [("scale",)]
+
+
+def test_spectralnorm_stats_are_batchstats_keyed_by_path():
+    conv = nnx.SpectralNorm(nnx.Conv(3, 4, (3, 3), rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
+    assert sorted(conv.batch_stats) == [("kernel", "sigma"), ("kernel", "u")]
+    assert conv.batch_stats[("kernel", "u")].shape == (1, 4)  # the kernel as (27, 4)
+    layer = nnx.SpectralNorm(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
+    u = np.asarray(layer.batch_stats[("kernel", "u")][...])
+    layer.eval()  # update_stats=False
+    layer(jnp.ones((1, 3)))
+    np.testing.assert_array_equal(layer.batch_stats[("kernel", "u")][...], u)
+    layer(jnp.ones((1, 3)), update_stats=True)
+    assert not np.array_equal(layer.batch_stats[("kernel", "u")][...], u)
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: nnx.GroupNorm(6, num_groups=None, rngs=nnx.Rngs(0)), "Either `num_groups`"),
+        (lambda: nnx.GroupNorm(6, num_groups=4, rngs=nnx.Rngs(0)), r"Number of groups \(4\)"),
+        (
+            lambda: nnx.GroupNorm(6, num_groups=None, group_size=4, rngs=nnx.Rngs(0)),
+            r"Number of features \(6\) is not multiple of the group size \(4\)",
+        ),
+        (
+            lambda: nnx.BatchNorm(3, use_running_average=None, rngs=nnx.Rngs(0))(jnp.ones((2, 3))),
+            "No `use_running_average` argument was provided to BatchNorm",
+        ),
+        (
+            lambda: nnx.InstanceNorm(3, feature_axes=(0, -1), rngs=nnx.Rngs(0))(jnp.ones((2, 3))),
+            "cannot include the leading dimension",
+        ),
+        (
+            lambda: nnx.SpectralNorm(
+                nnx.Conv(3, 4, (3, 3), rngs=nnx.Rngs(0)),
+                error_on_non_matrix=True,
+                rngs=nnx.Rngs(1),
+            ),
+            "Layer instance parameter is 4D but error_on_non_matrix is True",
+        ),
+    ],
+)
+def test_errors(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_spectralnorm_refuses_changed_params_at_call_time():
+    layer = nnx.SpectralNorm(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
+    layer.error_on_non_matrix = True
+    layer.layer_instance.kernel = nnx.Param(jnp.ones((3, 1, 4)))
+    with pytest.raises(ValueError, match="is 3D but error_on_non_matrix"):
+        layer(jnp.ones((2, 3)))
+    layer = nnx.SpectralNorm(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), n_steps=0, rngs=nnx.Rngs(1))
+    layer.n_steps = 1  # no u/sigma were made for the kernel
+    with pytest.raises(RuntimeError, match=r"Could not find the path for u batch stat"):
+        layer(jnp.ones((2, 3)))
+
+
+def test_weightnorm_refuses_new_params():
+    layer = nnx.WeightNorm(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), variable_filter=..., rngs=nnx.Rngs(1))
+    assert sorted(layer.scales) == [("bias",), ("kernel",)]
+    layer.layer_instance.extra = nnx.Param(jnp.ones(4))
+    with pytest.raises(RuntimeError, match=r"Could not find the scale corresponding to the param \('extra',\)"):
+        layer(jnp.ones((2, 3)))
