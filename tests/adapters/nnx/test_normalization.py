@@ -65,12 +65,20 @@ def _call(module, x):
 def test_batchnorm_modes_and_mask():
     ours, theirs = BUILDERS["batch"](nnx), BUILDERS["batch"](fnnx)
     mask = X > 0
-    np.testing.assert_array_equal(ours(X, mask=mask), theirs(X, mask=mask))
+    np.testing.assert_array_equal(
+        nnx.jit(_call_masked)(ours, X, mask), fnnx.jit(_call_masked)(theirs, X, mask)
+    )
+    _assert_same(ours, theirs)
     ours.eval()
+    theirs.eval()
     before = np.asarray(ours.mean[...])
-    np.testing.assert_array_equal(ours(X), theirs(X, use_running_average=True))
+    np.testing.assert_array_equal(nnx.jit(_call)(ours, X), fnnx.jit(_call)(theirs, X))
     np.testing.assert_array_equal(ours.mean[...], before)  # evaluation leaves them alone
     assert type(ours.mean) is nnx.BatchStat and type(ours.scale) is nnx.Param
+
+
+def _call_masked(module, x, mask):
+    return module(x, mask=mask)
 
 
 def test_metadata_and_absent_params():
@@ -79,17 +87,29 @@ def test_metadata_and_absent_params():
     assert [p for p, _ in nnx.to_flat_state(nnx.state(layer))] == [("scale",)]
 
 
+class _Cube(nnx.Module):
+    """A layer with one rank-3 parameter."""
+
+    def __init__(self):
+        self.kernel = nnx.Param(jnp.ones((2, 3, 4)))
+
+    def __call__(self, x):
+        return x @ self.kernel[...].reshape(6, 4)
+
+
 def test_spectralnorm_stats_are_batchstats_keyed_by_path():
-    conv = nnx.SpectralNorm(nnx.Conv(3, 4, (3, 3), rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
-    assert sorted(conv.batch_stats) == [("kernel", "sigma"), ("kernel", "u")]
-    assert conv.batch_stats[("kernel", "u")].shape == (1, 4)  # the kernel as (27, 4)
-    layer = nnx.SpectralNorm(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
-    u = np.asarray(layer.batch_stats[("kernel", "u")][...])
-    layer.eval()  # update_stats=False
-    layer(jnp.ones((1, 3)))
-    np.testing.assert_array_equal(layer.batch_stats[("kernel", "u")][...], u)
-    layer(jnp.ones((1, 3)), update_stats=True)
-    assert not np.array_equal(layer.batch_stats[("kernel", "u")][...], u)
+    cube = nnx.SpectralNorm(_Cube(), rngs=nnx.Rngs(1))
+    assert sorted(cube.batch_stats) == [("kernel", "sigma"), ("kernel", "u")]
+    assert cube.batch_stats[("kernel", "u")].shape == (1, 4)  # the kernel as (6, 4)
+    u = np.asarray(cube.batch_stats[("kernel", "u")][...])
+    cube.eval()  # update_stats=False
+    nnx.jit(_call)(cube, jnp.ones((1, 6)))
+    np.testing.assert_array_equal(cube.batch_stats[("kernel", "u")][...], u)
+    nnx.jit(_call)(cube, jnp.ones((1, 6)))  # the kernel was normalised in place
+    assert cube.layer_instance.kernel.shape == (2, 3, 4)
+    cube.train()
+    nnx.jit(_call)(cube, jnp.ones((1, 6)))
+    assert not np.array_equal(cube.batch_stats[("kernel", "u")][...], u)
 
 
 @pytest.mark.parametrize(
@@ -110,12 +130,8 @@ def test_spectralnorm_stats_are_batchstats_keyed_by_path():
             "cannot include the leading dimension",
         ),
         (
-            lambda: nnx.SpectralNorm(
-                nnx.Conv(3, 4, (3, 3), rngs=nnx.Rngs(0)),
-                error_on_non_matrix=True,
-                rngs=nnx.Rngs(1),
-            ),
-            "Layer instance parameter is 4D but error_on_non_matrix is True",
+            lambda: nnx.SpectralNorm(_Cube(), error_on_non_matrix=True, rngs=nnx.Rngs(1)),
+            "Layer instance parameter is 3D but error_on_non_matrix is True",
         ),
     ],
 )
