@@ -355,6 +355,19 @@ def match_trailing(operand: Any, like: Any) -> Any:
     return reshard(operand, mesh, target)
 
 
+def draw_kwargs(like: Any, shape: Sequence[int]) -> dict[str, Any]:
+    """``{"out_sharding": ...}`` for a random draw of ``shape`` (``like``'s shape with some
+    dimensions broadcast to 1) used elementwise with ``like``: on an Explicit mesh the draw
+    takes ``like``'s sharding, replicated along the broadcast dimensions, so combining the
+    two needs no reshard (JAX refuses a replicated mask against a sharded operand); ``{}``
+    otherwise (the draw traces as it always did)."""
+    mesh = explicit_mesh(like)
+    if mesh is None:
+        return {}
+    ents = [e if shape[d] == like.shape[d] else () for d, e in enumerate(entries(like))]
+    return {"out_sharding": NamedSharding(mesh, spec_of(ents))}
+
+
 def gather_dims(x: Any, dims: Sequence[int]) -> Any:
     """``x`` with ``dims`` replicated (the others keep their sharding)."""
     mesh = explicit_mesh(x)

@@ -10,7 +10,7 @@ from jaxtyping import Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked
-from .._sharding_rules import constrain
+from .._sharding_rules import constrain, draw_kwargs, like
 
 
 def check_rate(rate: float, owner: str = "dropout") -> None:
@@ -56,6 +56,6 @@ def dropout(
     shape = list(x.shape)
     for dim in broadcast_dims:
         shape[dim] = 1
-    mask = jax.random.bernoulli(key, p=keep_prob, shape=tuple(shape))
-    mask = jnp.broadcast_to(mask, x.shape)
+    mask = jax.random.bernoulli(key, p=keep_prob, shape=tuple(shape), **draw_kwargs(x, shape))
+    mask = like(jnp.broadcast_to(mask, x.shape), x)
     return constrain(lax.select(mask, x / keep_prob, jnp.zeros_like(x)), out_sharding, x)

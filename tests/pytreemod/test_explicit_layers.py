@@ -460,3 +460,17 @@ def test_einsum_dense_derives_its_output_sharding(
         y = jax.jit(lambda x, k: F.einsum_dense(x, k, bias, equation=equation))(sx, sk)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
     assert _spec(y) == expected
+
+
+def test_dropout_mask_takes_the_input_sharding_on_an_explicit_mesh() -> None:
+    x = jnp.arange(16.0).reshape(4, 4) + 1.0
+    with jax.set_mesh(_mesh()):
+        xs = jax.sharding.reshard(x, P("data", "model"))
+        y = F.dropout(xs, 0.5, KEY)
+        assert _spec(y) == P("data", "model")
+        # broadcast along the features: the mask is replicated there, still no reshard
+        yb = F.dropout(xs, 0.5, KEY, broadcast_dims=(1,))
+        assert _spec(yb) == P("data", "model")
+    kept = np.asarray(yb) != 0
+    assert (kept == kept[:, :1]).all()  # one choice per row
+    np.testing.assert_allclose(np.asarray(yb)[kept], 2 * np.asarray(x)[kept])
