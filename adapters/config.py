@@ -178,6 +178,11 @@ def temp_flip_flag(var_name: str, var_value: bool) -> Any:
     return config.temp_flip_flag(var_name, var_value)
 
 
+def _read(name: str) -> Any:
+    """``config._read`` (the module forwards to the flag store): a flag's current value."""
+    return config._read(name)
+
+
 def __getattr__(name: str) -> Any:
     # ``adapters.config.flax_xxx`` reads the flag, as ``flax.config.flax_xxx`` does.
     if name.startswith("flax_") or name.startswith("nnx_"):

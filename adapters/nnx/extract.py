@@ -20,8 +20,8 @@ propagates Variable values only and refuses Variables returned from the transfor
 """
 
 import dataclasses
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any, cast
 
 import jax
 
@@ -153,9 +153,9 @@ def check_prefix_aliasing(tree: Any, prefix: Any) -> None:
     prefixes = broadcast_prefix(
         prefix,
         tree,
-        prefix_is_leaf=lambda x: x is None
-        or isinstance(x, (PrefixMapping, TreeState))
-        or is_node_leaf(x),
+        prefix_is_leaf=lambda x: (
+            x is None or isinstance(x, (PrefixMapping, TreeState)) or is_node_leaf(x)
+        ),
     )
     leaves = jax.tree_util.tree_leaves(tree, is_leaf=is_node_leaf)
     node_prefixes: dict[int, list[tuple[PathParts, Any]]] = {}
@@ -226,9 +226,11 @@ def check_prefix(prefix: Any, prefix_name: str, fn_name: str, graph: bool, updat
     jax.tree_util.tree_map_with_path(
         check,
         prefix,
-        is_leaf=lambda x: x is None
-        or isinstance(x, (Variable, PrefixMapping, TreeState))
-        or graphlib.is_graph_node(x),
+        is_leaf=lambda x: (
+            x is None
+            or isinstance(x, (Variable, PrefixMapping, TreeState))
+            or graphlib.is_graph_node(x)
+        ),
     )
 
 
@@ -367,7 +369,7 @@ def lower(
     joint = list(to_flat_state(state))
     per_node: list[list[tuple[int, PathParts, Any]]] = [[] for _ in nodes]
     for j, (path, leaf) in enumerate(joint):
-        per_node[path[0]].append((j, path[1:], leaf))
+        per_node[_head(path)].append((j, path[1:], leaf))
     leaves = [leaf for _, leaf in joint]
     out_leaves = [x for _, x in flat]
     for k, i in enumerate(where):
@@ -394,6 +396,11 @@ def lower(
 def _group_sharding(meta: Any, group: int) -> Any:
     shardings = getattr(meta, "shardings", None)
     return shardings[group] if shardings is not None else meta
+
+
+def _head(path: Any) -> int:
+    """The node index a joint state path starts with."""
+    return cast(int, path[0])
 
 
 def _raw(x: Any) -> Any:
@@ -631,8 +638,8 @@ def lower_outputs(out: Any) -> Any:
     graphdef, state = graphlib.split(tuple(flat[i] for i in where))
     per_node: list[tuple[list[PathParts], list[Any]]] = [([], []) for _ in where]
     for path, leaf in to_flat_state(state):
-        per_node[path[0]][0].append(path[1:])
-        per_node[path[0]][1].append(leaf)
+        per_node[_head(path)][0].append(path[1:])
+        per_node[_head(path)][1].append(leaf)
     for k, i in enumerate(where):
         paths, values = per_node[k]
         info = SlotInfo(k, (tuple(paths),), graphdef if k == 0 else None)
@@ -756,9 +763,7 @@ class NodeStates:
 jax.tree_util.register_pytree_node(
     NodeStates,
     lambda n: ((_Static(n._graphdef), n.states), n.metadata),
-    lambda meta, ch: NodeStates(
-        ch[0].value if isinstance(ch[0], _Static) else ch[0], ch[1], meta
-    ),
+    lambda meta, ch: NodeStates(ch[0].value if isinstance(ch[0], _Static) else ch[0], ch[1], meta),
 )
 
 
@@ -845,8 +850,7 @@ def prefix(
                 if predicate(path, leaf):
                     return value
             raise ValueError(
-                f"No filter matched leaf at path {path!r} with value {leaf!r}. "
-                f"Filters: {filters}"
+                f"No filter matched leaf at path {path!r} with value {leaf!r}. Filters: {filters}"
             )
 
     else:

@@ -453,6 +453,23 @@ class Pytree(reprlib.Representable, metaclass=PytreeMeta):
     def __nnx_repr__(self) -> Iterator[Any]:
         return _pytree_nnx_repr(self)
 
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        import treescope  # optional: only needed to render
+
+        nodes = self._pytree__nodes
+        children = {
+            name: value
+            for name, value in vars(self).items()
+            if not name.startswith("_pytree__")
+            and (not name.startswith("_") or nodes.get(name, False))
+        }
+        return treescope.repr_lib.render_object_constructor(
+            object_type=type(self),
+            attributes=children,
+            path=path,
+            subtree_renderer=subtree_renderer,
+        )
+
     # ------------------------------------------------------------------ pytree protocol
 
     def _pytree__items(self) -> list[tuple[Any, Any]]:

@@ -280,30 +280,85 @@ def _shown(x: Any) -> Any:
     return repr(x)
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as nested dicts/lists of cell strings (empty containers and ``None`` kept)."""
-    if value is None:
-        return "None"
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return [_plain(v) for v in value]
-    leaves = jax.tree_util.tree_flatten_with_path(value)[0]
+def _raw_key(entry: Any) -> Any:
+    """A JAX key-path entry as the plain key (dict key, index, attribute name)."""
+    for attr in ("key", "idx", "name"):
+        if hasattr(entry, attr):
+            return getattr(entry, attr)
+    return entry
+
+
+def _slot(original: Any, path: tuple[Any, ...]) -> Any:
+    """What ``original`` holds at ``path``: ``[]``/``{}`` for a container, else ``None``."""
+    try:
+        for key in path:
+            original = original[key]
+    except Exception:
+        return None
+    if isinstance(original, (list, tuple)):
+        return []
+    return {} if isinstance(original, dict) else None
+
+
+def _to_simple(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return [_to_simple(e) for e in x]
+    if isinstance(x, dict):
+        return {k: _to_simple(v) for k, v in x.items()}
+    return x
+
+
+def _pad(cursor: list[Any], upto: int, original: Any, prefix: tuple[Any, ...]) -> None:
+    while len(cursor) <= upto:
+        cursor.append(_slot(original, (*prefix, len(cursor))))
+
+
+def _simple_structure(value: Any) -> Any:
+    """A pytree of cell strings as plain dicts and lists, rebuilt from its leaves' key
+    paths (JAX's order); list slots without leaves keep what ``value`` had there (an
+    empty container or ``None``)."""
+    leaves = [
+        (tuple(_raw_key(k) for k in path), leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]
+    ]
     if not leaves or (len(leaves) == 1 and leaves[0][0] == ()):
-        return _shown(value)
-    return {
-        "/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in p): (
-            _shown(v)
-        )
-        for p, v in leaves
-    }
+        return value
+    result: Any = [] if isinstance(leaves[0][0][0], int) else {}
+    for path, leaf in leaves:
+        cursor = result
+        for i, key in enumerate(path[:-1]):
+            if isinstance(cursor, list):
+                _pad(cursor, key, value, path[:i])
+                if cursor[key] is None:
+                    cursor[key] = [] if isinstance(path[i + 1], int) else {}
+            elif key not in cursor:
+                cursor[key] = [] if isinstance(path[i + 1], int) else {}
+            cursor = cursor[key]
+        if isinstance(cursor, list):
+            _pad(cursor, path[-1], value, path[:-1])
+        cursor[path[-1]] = leaf
+    if isinstance(value, (list, tuple)) and isinstance(result, list):
+        result += [_to_simple(v) for v in value[len(result) :]]
+    return result
+
+
+def _none_as_text(x: Any) -> Any:
+    """``None`` written ``None`` (Flax's YAML dumper), inside containers too."""
+    if x is None:
+        return "None"
+    if isinstance(x, dict):
+        return {k: _none_as_text(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_none_as_text(v) for v in x]
+    return x
 
 
 def _as_yaml_str(value: Any) -> str:
     """``value`` as Flax's YAML-like cell text (nothing for ``None`` or an empty value)."""
     if value is None or (hasattr(value, "__len__") and len(value) == 0):
         return ""
-    return linen_summary._as_yaml_str(_plain(value))
+    shown = jax.tree.map(_shown, value)
+    return linen_summary._as_yaml_str(_none_as_text(_simple_structure(shown)))
 
 
 def _render_array(x: Any) -> str:

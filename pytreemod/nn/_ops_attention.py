@@ -54,8 +54,10 @@ def _weights(
     if bias is not None:
         weights = weights + jnp.asarray(_to_rank(bias, weights.ndim), dtype)
     if is_causal:
-        causal = jnp.tril(jnp.ones(weights.shape[-2:], bool))
-        mask = causal if mask is None else jnp.logical_and(jnp.asarray(mask, bool), causal)
+        causal = _to_rank(jnp.tril(jnp.ones(weights.shape[-2:], bool)), weights.ndim)
+        if mask is not None:
+            causal = jnp.logical_and(_to_rank(jnp.asarray(mask, bool), weights.ndim), causal)
+        mask = causal
     if mask is not None:
         mask = _to_rank(jnp.asarray(mask, bool), weights.ndim)
         weights = jnp.where(mask, weights, jnp.finfo(dtype).min)

@@ -162,7 +162,8 @@ class ToNNX(Module):
 
     def __getattr__(self, name: str) -> Any:
         # A method of the Linen module runs through __call__(method=...).
-        linen_method = getattr(type(self.to_nnx__module), name, None)
+        linen_module = vars(self).get("to_nnx__module")
+        linen_method = None if linen_module is None else getattr(type(linen_module), name, None)
         if callable(linen_method):
             method = functools.partial(self.__call__, method=linen_method)
             method.__self__ = self  # type: ignore[attr-defined]

@@ -9,29 +9,49 @@ outside, so the result can be written back into the caller's objects.
 """
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
 import jax
+
+from .. import reprlib
 
 from ._nodes import HashableMapping, PathParts, Static
 
 Node = TypeVar("Node")
 
 
+def _fields_repr(obj: Any, fields: tuple[str, ...]) -> Iterator[Any]:
+    yield reprlib.Object(type=type(obj))
+    for name in fields:
+        value = getattr(obj, name)
+        if name == "type":
+            value = value.__name__
+        elif name == "metadata" and isinstance(value, HashableMapping):
+            value = reprlib.PrettyMapping(value)
+        yield reprlib.Attr(name, value)
+
+
 @jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
-class NodeRef(Generic[Node]):
+@dataclasses.dataclass(frozen=True, repr=False)
+class NodeRef(reprlib.Representable, Generic[Node]):
     """A second reference to the node, Variable or ref numbered ``index``."""
 
     index: int
 
+    def __nnx_repr__(self) -> Iterator[Any]:
+        return _fields_repr(self, ("index",))
 
-@dataclasses.dataclass(frozen=True)
-class ArrayRefDef:
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ArrayRefDef(reprlib.Representable):
     """An array ref (its value is a leaf of the state)."""
 
     index: int
     outer_index: int | None
+
+    def __nnx_repr__(self) -> Iterator[Any]:
+        return _fields_repr(self, ("index", "outer_index"))
 
     def with_no_outer_index(self) -> "ArrayRefDef":
         """This definition with ``outer_index=None``."""
@@ -47,8 +67,8 @@ class ArrayRefDef:
 
 
 @jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
-class VariableDef(Generic[Node]):
+@dataclasses.dataclass(frozen=True, repr=False)
+class VariableDef(reprlib.Representable, Generic[Node]):
     """A Variable: its type and metadata (its value is a leaf of the state)."""
 
     type: type
@@ -56,6 +76,9 @@ class VariableDef(Generic[Node]):
     outer_index: int | None
     metadata: HashableMapping
     array_refdef: ArrayRefDef | NodeRef[Any] | None
+
+    def __nnx_repr__(self) -> Iterator[Any]:
+        return _fields_repr(self, ("type", "index", "outer_index", "metadata"))
 
     def _with(self, outer_index: int | None, refdef: Any) -> "VariableDef[Node]":
         return VariableDef(self.type, self.index, outer_index, self.metadata, refdef)
@@ -81,8 +104,8 @@ class VariableDef(Generic[Node]):
 
 
 @jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeDef(Generic[Node]):
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
+class NodeDef(reprlib.Representable, Generic[Node]):
     """A graph or pytree node: its type, index (None for pytrees), number of children and
     the aux data its ``flatten`` returned."""
 
@@ -91,6 +114,10 @@ class NodeDef(Generic[Node]):
     outer_index: int | None
     num_attributes: int
     metadata: Any
+
+    def __nnx_repr__(self) -> Iterator[Any]:
+        fields = ("type", "index", "outer_index", "num_attributes", "metadata")
+        return _fields_repr(self, fields)
 
     def _with(self, outer_index: int | None) -> "NodeDef[Node]":
         return NodeDef(self.type, self.index, outer_index, self.num_attributes, self.metadata)

@@ -6,7 +6,7 @@ are an int (the mapped axis), ``None`` (broadcast), ``Carry`` (scan's loop state
 """
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -244,10 +244,12 @@ def carry_index(axes: Any, name: str) -> int | str | None:
     if axes is Carry:
         return "all"
     found: tuple[int, Any] | None = None
-    for path, x in jax.tree_util.tree_leaves_with_path(axes, is_leaf=is_prefix_leaf):
+    for key_path, x in jax.tree_util.tree_leaves_with_path(axes, is_leaf=is_prefix_leaf):
         if x is not Carry:
             continue
-        if len(path) > 1 or not isinstance(path[0], jax.tree_util.SequenceKey):
+        path = tuple(key_path)
+        top = path[0] if path else None
+        if len(path) != 1 or not isinstance(top, jax.tree_util.SequenceKey):
             raise ValueError(
                 "Carry must be a top-level argument, it cannot be nested. "
                 f"Found Carry inside {name} at path {jax.tree_util.keystr(path)}"
@@ -257,7 +259,7 @@ def carry_index(axes: Any, name: str) -> int | str | None:
                 f"Found multiple Carry definitions at {name}{jax.tree_util.keystr(found[1])} "
                 f"and {name}{jax.tree_util.keystr(path)}"
             )
-        found = (path[0].idx, path)
+        found = (cast(int, cast(Any, top).idx), path)
     return None if found is None else found[0]
 
 

@@ -202,21 +202,24 @@ def node_occurrences(tree: Any, prefix: Any) -> list[tuple[Any, Any, Any]]:
     return [x for x in _leaves_with_axes(tree, prefix)[1] if is_node(x[2])]
 
 
-def check_aliasing(occurrences: Sequence[tuple[Any, Any, Any]]) -> None:
-    """Every Variable reachable from several places must get one axis everywhere."""
+def check_aliasing(
+    occurrences: Sequence[tuple[Any, Any, Any]], *, check_trace: bool = True
+) -> None:
+    """Every Variable reachable from several places must get one axis everywhere (and,
+    with ``check_trace``, belong to the current trace level)."""
     seen: dict[int, list[tuple[Path, Any]]] = {}
     types: dict[int, str] = {}
     for _, prefix, node in occurrences:
         for path, value in graphlib.iter_graph(node):
             check_context = getattr(value, "_check_valid_context", None)
-            if check_context is not None and not isinstance(value, Variable):
+            if check_trace and check_context is not None and not isinstance(value, Variable):
                 check_context(
                     lambda v=value: (
                         f"Trying to extract graph node from different trace level, got {v!r}"
                     )
                 )
             if isinstance(value, Variable):
-                if not getattr(value, "_can_update", True):
+                if check_trace and not getattr(value, "_can_update", True):
                     raise ValueError(
                         f"Cannot extract graph node from different trace level, got {value!r}"
                     )
@@ -236,14 +239,18 @@ def check_aliasing(occurrences: Sequence[tuple[Any, Any, Any]]) -> None:
         raise aliasing_error(conflicts)
 
 
-def check_no_duplicates(fn_name: str, groups: Sequence[tuple[str, Sequence[Any]]]) -> None:
+def check_no_duplicates(
+    fn_name: str, groups: Sequence[tuple[str, Sequence[Any]]], *, within: bool = True
+) -> None:
     """No Variable may be reached twice (tree mode, or ``graph_updates=False``).
 
     ``groups`` are ``(label, [(path, axis, node), ...])``: the paths are reported as
-    ``label[...]``.
+    ``label[...]``. With ``within=False`` only a Variable of the first group met again in
+    a later one is an error (graph mode: a graph may share Variables inside itself).
     """
     seen: dict[int, str] = {}
-    for label, occurrences in groups:
+    for n, (label, occurrences) in enumerate(groups):
+        local: dict[int, str] = {}
         for base, _, node in occurrences:
             for path, value in graphlib.iter_graph(node):
                 if not isinstance(value, Variable):
@@ -256,9 +263,12 @@ def check_no_duplicates(fn_name: str, groups: Sequence[tuple[str, Sequence[Any]]
                         f"Cannot return captured Variable of type {type(value).__name__} "
                         f"from nnx.{fn_name}.\nFound at path: {where}"
                     )
-                if id(value) in seen:
-                    raise duplicate_error(fn_name, value, seen[id(value)], where)
-                seen[id(value)] = where
+                first = seen.get(id(value)) or (local.get(id(value)) if within else None)
+                if first is not None:
+                    raise duplicate_error(fn_name, value, first, where)
+                if within or n == 0:
+                    local.setdefault(id(value), where)
+        seen.update(local)
 
 
 def assign_variable(target: Any, source: Any) -> None:

@@ -135,13 +135,29 @@ def rebuild_output(
 def check_outputs(
     fn_name: str, graph: bool, graph_updates: bool, args: Any, in_axes: Any, out: Any, out_axes: Any
 ) -> None:
-    """Aliasing rules between inputs and outputs (Flax's consistent-aliasing rules)."""
+    """Aliasing rules between inputs and outputs (Flax's consistent-aliasing rules).
+
+    With graph updates, every alias of a Variable (inputs and outputs) needs one axis.
+    Without, an input Variable may not be returned; in graph mode the outputs may still
+    share Variables among themselves (with one axis), in tree mode not even that.
+    """
     out_occurrences = node_occurrences(out, out_axes)
-    if graph and graph_updates:
-        check_aliasing(node_occurrences(args, in_axes) + out_occurrences)
-        return
     in_occurrences = node_occurrences(args, in_axes)
-    check_no_duplicates(fn_name, [("args", in_occurrences), ("out", out_occurrences)])
+    if graph and graph_updates:
+        check_aliasing(in_occurrences + out_occurrences)
+        return
+    if not graph:
+        check_no_duplicates(fn_name, [("args", in_occurrences), ("out", out_occurrences)])
+        return
+    check_aliasing(out_occurrences, check_trace=False)
+    firsts: list[tuple[Any, Any, Any]] = []
+    seen: set[int] = set()
+    for occurrence in out_occurrences:
+        if id(occurrence[2]) not in seen:
+            seen.add(id(occurrence[2]))
+            firsts.append(occurrence)
+    inputs = [("args", in_occurrences)] if in_occurrences else []
+    check_no_duplicates(fn_name, [*inputs, ("out", firsts)], within=False)
 
 
 def check_inputs(fn_name: str, graph: bool, args: Any, in_axes: Any) -> None:

@@ -26,7 +26,7 @@ from .. import extract, graphlib
 from ..extract import NodeSlot, PrefixMapping, check_prefix
 from ..statelib import State
 from ..variablelib import Param, Variable
-from .general import Purify, check_unbound, lifted_call
+from .general import Purify, check_unbound, lifted_call, resolve_kwargs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,12 +131,12 @@ def _grad_general(
         )(*call_args, rest, pkwargs)
         if return_value:
             (loss, (updates, aux)), grads = result
-        else:
-            grads, (updates, aux) = result
+            aux = lowered.finish(updates, aux)
+            grads = _process_grads(grads, single, lowered, pargs, graph_updates)
+            return ((loss, aux) if has_aux else loss), grads
+        grads, (updates, aux) = result
         aux = lowered.finish(updates, aux)
         grads = _process_grads(grads, single, lowered, pargs, graph_updates)
-        if return_value:
-            return ((loss, aux) if has_aux else loss), grads
         return (grads, aux) if has_aux else grads
 
     return wrapper
@@ -336,9 +336,7 @@ def vjp(
     pprimals, lowered = extract.lower(primals, graph=graph, graph_updates=False, name="vjp")
 
     def pure(*pprimals: Any) -> Any:
-        args, raised = extract.raise_inputs(
-            pprimals, graph=graph, graph_updates=False, name="vjp"
-        )
+        args, raised = extract.raise_inputs(pprimals, graph=graph, graph_updates=False, name="vjp")
         out = fun(*args)
         out, aux = out if has_aux else (out, None)
         changes, (out, aux) = raised.lower_outputs((out, aux))
@@ -385,15 +383,11 @@ def jvp(
     if primals is extract.Missing or tangents is extract.Missing:
         return functools.partial(jvp, f, has_aux=has_aux, graph=graph, graph_updates=False)
     fun = f
-    pprimals, lowered = extract.lower(
-        tuple(primals), graph=graph, graph_updates=False, name="jvp"
-    )
+    pprimals, lowered = extract.lower(tuple(primals), graph=graph, graph_updates=False, name="jvp")
     ptangents, _ = extract.lower(tuple(tangents), graph=graph, graph_updates=False, name="jvp")
 
     def pure(*pprimals: Any) -> Any:
-        args, raised = extract.raise_inputs(
-            pprimals, graph=graph, graph_updates=False, name="jvp"
-        )
+        args, raised = extract.raise_inputs(pprimals, graph=graph, graph_updates=False, name="jvp")
         out = fun(*args)
         out, aux = out if has_aux else (out, None)
         changes, out = raised.lower_outputs(out)
@@ -403,3 +397,96 @@ def jvp(
     out = lowered.finish(changes, out)
     tangent_out = extract.raise_outputs(tangent_out)
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
+
+
+def _lower_each(args: tuple[Any, ...], graph: bool, name: str) -> tuple[list[Any], list[Any]]:
+    """Each argument lowered on its own (its cotangent is lowered the same way)."""
+    pairs = [extract.lower(a, graph=graph, graph_updates=False, name=name) for a in args]
+    return [p for p, _ in pairs], [lw for _, lw in pairs]
+
+
+def _raise_each(pargs: Sequence[Any], graph: bool, name: str) -> tuple[list[Any], list[Any]]:
+    pairs = [extract.raise_inputs(p, graph=graph, graph_updates=False, name=name) for p in pargs]
+    return [a for a, _ in pairs], [r for _, r in pairs]
+
+
+class CustomVjp:
+    """``nnx.custom_vjp(f)``: call it; ``defvjp(fwd, bwd)`` sets the rule.
+
+    ``fwd(*args)`` returns ``(out, residual)``; ``bwd(*nondiff_args, residual, out_g)``
+    returns one cotangent per differentiable argument (a Module of cotangents for a
+    Module). Changes ``f``/``fwd`` make to the arguments are applied to the caller's."""
+
+    def __init__(self, fun: Callable[..., Any], nondiff_argnums: tuple[int, ...], graph: bool):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums = nondiff_argnums
+        self.graph = graph
+        name = "custom_vjp"
+
+        def pure(*pargs: Any) -> Any:
+            args, raised = _raise_each(pargs, graph, name)
+            out = fun(*args)
+            changes = [r.lower_outputs(None)[0] for r in raised]
+            extract.check_no_aliases(name, args=args, out=out)
+            return extract.lower_outputs(out), changes
+
+        self.custom = jax.custom_vjp(pure, nondiff_argnums=nondiff_argnums)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = resolve_kwargs(self.fun, args, kwargs)
+        pargs, lowered = _lower_each(args, self.graph, "custom_vjp")
+        out, changes = self.custom(*pargs)
+        for lw, ch in zip(lowered, changes):
+            lw.finish(ch, None)
+        return extract.raise_outputs(out)
+
+    def defvjp(
+        self,
+        fwd: Callable[..., Any],
+        bwd: Callable[..., Any],
+        symbolic_zeros: bool = False,
+    ) -> None:
+        graph, name = self.graph, "custom_vjp"
+
+        def fwd_pure(*pargs: Any) -> Any:
+            args, raised = _raise_each(pargs, graph, name)
+            out, residual = fwd(*args)
+            changes = [r.lower_outputs(None)[0] for r in raised]
+            return (extract.lower_outputs(out), changes), extract.lower_outputs(residual)
+
+        def bwd_pure(*all_args: Any) -> Any:
+            *nondiff_pargs, residual, (out_g, _) = all_args
+            nondiff_args = [extract.raise_outputs(p) for p in nondiff_pargs]
+            result = bwd(
+                *nondiff_args, extract.raise_outputs(residual), extract.raise_outputs(out_g)
+            )
+            return tuple(
+                extract.lower(r, graph=graph, graph_updates=False, name=name)[0] for r in result
+            )
+
+        self.fwd, self.bwd = fwd, bwd
+        self.custom.defvjp(fwd_pure, bwd_pure, symbolic_zeros=symbolic_zeros)
+
+
+def custom_vjp(
+    fun: Any = extract.Missing,
+    *,
+    nondiff_argnums: tuple[int, ...] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """``jax.custom_vjp`` over functions of Modules (``graph_updates=False`` or tree
+    mode); see ``CustomVjp``."""
+    graph, updates = extract.resolve_modes(graph, graph_updates)
+    if fun is extract.Missing:
+        return functools.partial(
+            custom_vjp, nondiff_argnums=nondiff_argnums, graph=graph, graph_updates=updates
+        )
+    check_unbound(fun, "custom_vjp")
+    if graph and updates:
+        raise NotImplementedError(
+            "nnx.custom_vjp with graph=True and graph_updates=True is not supported yet; "
+            "pass graph_updates=False."
+        )
+    return CustomVjp(fun, tuple(nondiff_argnums), graph)

@@ -144,9 +144,13 @@ def resolve_argnums(
         return argnums, argnames
     positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
     if nums is None and names is not None:
-        argnums = tuple(i for i, (k, p) in enumerate(params) if p.kind == positional and k in argnames)
+        argnums = tuple(
+            i for i, (k, p) in enumerate(params) if p.kind == positional and k in argnames
+        )
     elif names is None and nums is not None:
-        argnames = tuple(k for i, (k, p) in enumerate(params) if p.kind == positional and i in argnums)
+        argnames = tuple(
+            k for i, (k, p) in enumerate(params) if p.kind == positional and i in argnums
+        )
     return argnums, argnames
 
 
@@ -240,9 +244,7 @@ class JitWrapped(Generic[P, R]):
                 return True
             return self.graph_updates and node_prefix is not None and meta(keypath) is not None
 
-        node_prefix = (
-            self._node_prefixes(args, dyn_pos) if self.in_shardings is not None else None
-        )
+        node_prefix = self._node_prefixes(args, dyn_pos) if self.in_shardings is not None else None
         if self.in_shardings is not None:
             shardings = self.in_shardings
             if isinstance(shardings, list):
@@ -470,9 +472,7 @@ def jit_partial(
     )
 
 
-def _leaf_specs(
-    lowered: Any, pargs: Any, in_specs: Any, args: tuple[Any, ...]
-) -> list[Any]:
+def _leaf_specs(lowered: Any, pargs: Any, in_specs: Any, args: tuple[Any, ...]) -> list[Any]:
     """The spec of each leaf of the joint state, from the slot (and its prefix) that
     carries it: the out spec of that Variable's update."""
     by_path: dict[Any, Any] = {}
@@ -557,7 +557,9 @@ def shard_map(
             return p if isinstance(p, StateSharding) else None
 
         if in_specs is not None:
-            extract.check_prefix_aliasing(args, tuple(in_specs) if isinstance(in_specs, list) else in_specs)
+            extract.check_prefix_aliasing(
+                args, tuple(in_specs) if isinstance(in_specs, list) else in_specs
+            )
         pargs, lowered = extract.lower(
             args,
             graph=graph,
@@ -569,9 +571,7 @@ def shard_map(
             meta=meta if groups else None,
         )
         specs = _leaf_specs(lowered, pargs, in_specs, args)
-        variable_specs = [
-            s for s, leaf in zip(specs, lowered.leaves) if isinstance(leaf, Variable)
-        ]
+        variable_specs = [s for s, leaf in zip(specs, lowered.leaves) if isinstance(leaf, Variable)]
         indices = tuple(i for i, leaf in enumerate(lowered.leaves) if isinstance(leaf, Variable))
         update_specs = extract.Updates(indices, variable_specs)
 

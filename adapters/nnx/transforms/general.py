@@ -52,12 +52,10 @@ def resolve_kwargs(
     """``args`` with ``kwargs`` moved to their positions in ``fun``'s signature."""
     if not kwargs:
         return args
-    signature = inspect.signature(fun)
-    bound = signature.bind(*args, **kwargs)
+    bound = inspect.signature(fun).bind(*args, **kwargs)
     bound.apply_defaults()
-    for name, param in signature.parameters.items():
-        if param.kind == inspect.Parameter.KEYWORD_ONLY or param.kind == param.VAR_KEYWORD:
-            raise ValueError(f"Keyword-only arguments are not supported, got {name!r}.")
+    if bound.kwargs:
+        raise ValueError(f"Keyword-only arguments are not supported, got {sorted(bound.kwargs)}.")
     return tuple(bound.args)
 
 
@@ -112,7 +110,10 @@ def split_inputs(f: Any = extract.Missing, *, ctxtag: str = "split_merge_inputs"
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         (pargs, pkwargs), lowered = extract.lower(
-            (args, kwargs), graph=True, graph_updates=True, name="split_inputs",
+            (args, kwargs),
+            graph=True,
+            graph_updates=True,
+            name="split_inputs",
             keep_all=lambda _: True,
         )
         updates, out = f(*pargs, **pkwargs)

@@ -13,8 +13,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
-import jax
-
 from ._iteration_axes import Carry as Carry
 from ._iteration_axes import StateAxes as StateAxes
 from ._iteration_loop import fori_loop as fori_loop
@@ -125,7 +123,7 @@ def pmap(
     in_axes: Any = 0,
     out_axes: Any = 0,
     static_broadcasted_argnums: int | Iterable[int] = (),
-    devices: Sequence[jax.Device] | None = None,
+    devices: Sequence[Any] | None = None,
     backend: str | None = None,
     axis_size: int | None = None,
     donate_argnums: int | Iterable[int] = (),

@@ -38,7 +38,7 @@ def eval_shape(
     )
 
     def pure(*pargs: Any, **pkwargs: Any) -> Any:
-        (a, k), raised = extract.raise_inputs(
+        (a, k), _ = extract.raise_inputs(
             (pargs, pkwargs), graph=graph, graph_updates=updates, name="eval_shape"
         )
         out = f(*a, **k)
@@ -109,9 +109,7 @@ def checkify(
 
         def transform(purify: Purify) -> Callable[..., Any]:
             def call(*pargs: Any, **pkwargs: Any) -> Any:
-                error, result = jax_checkify.checkify(purify(fun), errors=errors)(
-                    *pargs, **pkwargs
-                )
+                error, result = jax_checkify.checkify(purify(fun), errors=errors)(*pargs, **pkwargs)
                 errors_out.append(error)
                 return result
 

@@ -76,9 +76,7 @@ EXTRA_TYPES = (nnx.Param, nnx.BatchStat, nnx.Cache, nnx.Variable, Count)
 models = st.builds(
     lambda specs, extras, tie, seed: Stack(specs, extras, tie, nnx.Rngs(seed)),
     specs=st.lists(
-        st.one_of(
-            st.tuples(st.just("linear"), st.booleans()), st.tuples(st.just("bn"), st.none())
-        ),
+        st.one_of(st.tuples(st.just("linear"), st.booleans()), st.tuples(st.just("bn"), st.none())),
         min_size=1,
         max_size=3,
     ),
@@ -190,6 +188,20 @@ def test_sharding_metadata_is_a_box_and_changes_come_back() -> None:
     assert nnx.graphdef(back) != nnx.graphdef(layer)  # the metadata differs
 
 
+def test_sharding_rules_are_a_logical_box() -> None:
+    rules = (("a", "x"), ("b", None))
+    var = nnx.Param(jnp.ones((2, F)), out_sharding=("a", "b"), sharding_rules=rules)
+    converted = bridge.from_nnx(nnx.Dict(w=var))
+    box = converted.variables["w"].get()
+    assert isinstance(box, pm.LogicallyPartitioned)
+    assert (box.names, box.rules) == (("a", "b"), rules)
+    back = converted.to_nnx()["w"]
+    assert back.get_metadata() == var.get_metadata()  # no `mesh` key added
+    wrapped = bridge.to_nnx(converted)
+    meta = wrapped.variables["params"]["variables"]["w"].get_metadata()
+    assert meta["sharding_rules"] == rules and meta["out_sharding"] == ("a", "b")
+
+
 def test_to_nnx_maps_collections_and_boxes() -> None:
     class Lora(pm.Param, collection="lora_bridge"):
         pass
@@ -208,7 +220,8 @@ def test_to_nnx_maps_collections_and_boxes() -> None:
         pm.BatchStat(jnp.zeros(F)),
         Lora(jnp.full(F, 2.0)),
     )
-    wrapped = bridge.to_nnx(model)
+    with nnx.use_eager_sharding(True):  # the values are placed already: not resharded
+        wrapped = bridge.to_nnx(model)
     w = wrapped.variables["params"]["w"]
     assert type(w) is nnx.Param
     assert w.get_metadata()["out_sharding"] == ("embed",)
@@ -253,3 +266,74 @@ def test_jit_and_method() -> None:
     assert jnp.allclose(pm.jit(lambda m, x: m(x))(converted, x), layer(x))
     assert jnp.allclose(converted(x, method="__call__"), layer(x))
     assert jnp.allclose(converted(x, method=lambda m, x: m(x) * 2), layer(x) * 2)
+    assert converted.graphdef == nnx.graphdef(layer)
+    # Metadata JAX cannot hash (a list) still goes through pm.jit, and comes back.
+    tagged = nnx.Dict(w=nnx.Param(jnp.ones(F), notes=["a", "b"]))
+    moved = pm.jit(lambda m: m)(bridge.from_nnx(tagged)).to_nnx()
+    assert moved["w"].get_metadata()["notes"] == ["a", "b"]
+
+
+class Lora(pm.Param, collection="lora"):
+    pass
+
+
+class PmStack(pm.Module):
+    layers: list[Any]
+    extras: dict[str, pm.Variable[Any]]
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for layer in self.layers:
+            x = layer(x)
+        for var in self.extras.values():
+            x = x + pm.unbox(var.get())[None]
+            if isinstance(var, pm.Cache):
+                var.set(jax.tree.map(lambda v: v + 1.0, var.get()))
+        return x
+
+
+def _build_pm(kinds: Any, extras: Any, tie: bool, seed: int) -> PmStack:
+    keys = iter(jax.random.split(jax.random.key(seed), len(kinds) + len(extras)))
+    layers: list[Any] = []
+    for kind in kinds:
+        if kind == "bn":
+            layers.append(pm.nn.BatchNorm(F, momentum=0.8))
+        else:
+            init = jax.nn.initializers.lecun_normal()
+            if kind == "sharded":
+                init = pm.with_partitioning(init, ("embed", "mlp"))
+            layers.append(pm.nn.Linear(F, F, kernel_init=init, key=next(keys)))
+    table: dict[str, pm.Variable[Any]] = {}
+    for i, (vtype, boxed) in enumerate(extras):
+        value: Any = jax.random.normal(next(keys), (F,))
+        table[f"e{i}"] = vtype(pm.Partitioned(value, ("embed",)) if boxed else value)
+    if tie and table:
+        table["tied"] = table["e0"]  # one Variable in two places
+    return PmStack(layers, table)
+
+
+@SETTINGS
+@given(
+    kinds=st.lists(st.sampled_from(["linear", "sharded", "bn"]), min_size=1, max_size=3),
+    extras=st.lists(
+        st.tuples(st.sampled_from((pm.Param, pm.BatchStat, pm.Cache, Lora)), st.booleans()),
+        max_size=2,
+    ),
+    tie=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_any_pytreemod_model_to_nnx_and_back(kinds: Any, extras: Any, tie: bool, seed: int) -> None:
+    model = _build_pm(kinds, extras, tie, seed)
+    wrapped = bridge.to_nnx(model)
+    rebuilt = wrapped.to_pytreemod()
+    assert rebuilt == model
+    if "tied" in model.extras:
+        assert rebuilt.extras["tied"] is rebuilt.extras["e0"]
+    x = jax.random.normal(jax.random.key(seed + 1), (2, F))
+    expected, new_model = pm.apply(model, x, mutable=True)
+    assert jnp.allclose(wrapped(x), expected, atol=1e-5)
+    assert pm.tree_equal(wrapped.to_pytreemod(), new_model)
+    # and through from_nnx: the NNX wrapper as a pytreemod model
+    converted = bridge.from_nnx(bridge.to_nnx(model))
+    out, new_converted = pm.apply(converted, x, mutable=True)
+    assert jnp.allclose(out, expected, atol=1e-5)
+    assert pm.tree_equal(new_converted.to_nnx().to_pytreemod(), new_model)

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from flax import nnx as fnnx
+from flax.nnx import summary as flax_summary
 
 from adapters import nnx
 from adapters.nnx import summary
@@ -55,3 +56,20 @@ def test_depth_flops_and_no_side_effects():
 def test_non_graph_object_is_rejected():
     with pytest.raises(ValueError, match="Expected a graph node or Variable"):
         summary._collect_stats((), 3, {}, set())
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": None},
+        [jnp.ones(2), {}, None, [1, {}]],
+        {"foo": {}, "x": jnp.ones(3)},
+        ({}, jnp.ones(2)),
+        ([], {}),
+        None,
+    ],
+)
+def test_cell_text_matches_flax(value):
+    ours = summary._as_yaml_str(jax.tree.map(summary._to_dummy, value))
+    theirs = flax_summary._as_yaml_str(jax.tree.map(flax_summary._to_dummy_array, value))
+    assert ours == theirs
