@@ -342,6 +342,29 @@ def dispatch_table(result: Result, names: list[str], failed: dict[str, str]) -> 
         print(f"- {name} failed: {error}")
 
 
+def python_calls(fn: Call, calls: int = 20) -> float:
+    """Python function calls per call of ``fn`` (cProfile's count, awaited calls): a count,
+    so background load does not move it."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        jax.block_until_ready(fn())
+    prof.disable()
+    return cast(Any, pstats.Stats(prof)).total_calls / calls
+
+
+def calls_table(tasks: dict[str, dict[str, Call]], names: list[str]) -> None:
+    print(
+        "| contestant | "
+        + " | ".join(f"{task}: Python calls per call" for task in tasks)
+        + " |\n|---|"
+        + "---:|" * len(tasks)
+    )
+    for name in names:
+        cells = [f"{python_calls(fns[name]):.0f}" if name in fns else "-" for fns in tasks.values()]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 # ----------------------------------------------------------------------------- (b) trace time
 
 
@@ -496,6 +519,12 @@ def main() -> None:
         "step: raw JAX and `pm.jit` thread (params, optax state) through the call; the NNX "
         "forms call `nnx.Optimizer.update` inside the jitted function.\n"
     )
+    print(
+        "Python function calls per call (cProfile's count over 20 awaited calls; raw `jax.jit` "
+        "runs no Python on its C++ fast path, the block-until-ready call aside):\n"
+    )
+    calls_table(built, names)
+    print()
     print(f"### (b) Trace + lower of a {TRACE_DEPTH}-block unrolled NNX model\n")
     trace_table(trace_times(trace_contestants(), args.trace_rounds), args.trace_rounds)
     print(f"\nWhole run: {time.perf_counter() - start:.0f} s.")

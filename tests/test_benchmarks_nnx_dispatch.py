@@ -91,3 +91,21 @@ def test_a_failing_trace_contestant_leaves_the_others_timed(
     out = capsys.readouterr().out
     assert "| adapters.nnx | failed | failed |" in out
     assert "| **ratio adapters / flax** (median of per-round ratios) | - | - |" in out
+
+
+def test_python_calls_counts_the_functions_a_call_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def inner() -> int:
+        return 1
+
+    def outer() -> jax.Array:
+        inner()
+        inner()
+        return jnp.zeros(())
+
+    # The call itself, `outer`, its two `inner`s, and JAX's block_until_ready machinery.
+    assert bench.python_calls(outer) > bench.python_calls(inner) >= 2
+    bench.calls_table({"forward": {"outer": outer}}, ["outer", "missing"])
+    out = capsys.readouterr().out
+    assert "| missing | - |" in out and "| outer | " in out

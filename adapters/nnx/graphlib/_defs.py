@@ -15,7 +15,6 @@ from typing import Any, Generic, TypeVar
 import jax
 
 from .. import reprlib
-
 from ._nodes import HashableMapping, PathParts, Static
 
 Node = TypeVar("Node")

@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+_ZEROS: Any = initializers.zeros_init()
 
 
 def _validate_qkv_shapes(query: Array, key: Array, value: Array | None = None) -> None:
@@ -58,9 +59,7 @@ def _validate_qkv_shapes(query: Array, key: Array, value: Array | None = None) -
 def _check_weights_operands(query: Array, key: Array) -> None:
     _validate_qkv_shapes(query, key)
     if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"q, k depths must match, but got {query.shape[-1]} and {key.shape[-1]}."
-        )
+        raise ValueError(f"q, k depths must match, but got {query.shape[-1]} and {key.shape[-1]}.")
     q_heads, k_heads = query.shape[-2], key.shape[-2]
     if q_heads % k_heads:
         raise ValueError(
@@ -154,9 +153,7 @@ def dot_product_attention(
     query, key, value = promote_dtype((query, key, value), dtype=dtype)
     _validate_qkv_shapes(query, key, value)
     if key.shape[-3] != value.shape[-3]:
-        raise ValueError(
-            f"k, v lengths must match, but got {key.shape[-3]} and {value.shape[-3]}."
-        )
+        raise ValueError(f"k, v lengths must match, but got {key.shape[-3]} and {value.shape[-3]}.")
     if dropout_rate == 0.0 and module is None:
         return F.dot_product_attention(
             query, key, value, bias, mask, implementation="xla", is_causal=is_causal
@@ -223,9 +220,7 @@ def combine_masks(*masks: Array | None, dtype: Dtype = jnp.float32) -> Array | N
     if not present:
         return None
     if any(m.ndim != present[0].ndim for m in present):
-        raise ValueError(
-            f"masks must have same rank, but got {tuple(m.ndim for m in present)}."
-        )
+        raise ValueError(f"masks must have same rank, but got {tuple(m.ndim for m in present)}.")
     return F.combine_masks(*present, dtype=dtype)
 
 
@@ -266,7 +261,7 @@ class MultiHeadAttention(Module):
         precision: Any = None,
         kernel_init: Initializer = default_kernel_init,
         out_kernel_init: Initializer | None = None,
-        bias_init: Initializer = initializers.zeros_init(),
+        bias_init: Initializer = _ZEROS,
         out_bias_init: Initializer | None = None,
         use_bias: bool = True,
         attention_fn: Callable[..., Array] = dot_product_attention,

@@ -45,6 +45,9 @@ __all__ = [
 ]
 
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+_ZEROS: Any = initializers.zeros_init()
+_ONES: Any = initializers.ones_init()
+_KERNEL_PATHS: Any = filterlib.PathContains("kernel")
 
 
 def _canonicalize_axes(rank: int, axes: Axes) -> tuple[int, ...]:
@@ -147,8 +150,8 @@ class BatchNorm(Module):
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
         use_scale: bool = True,
-        bias_init: Initializer = initializers.zeros_init(),
-        scale_init: Initializer = initializers.ones_init(),
+        bias_init: Initializer = _ZEROS,
+        scale_init: Initializer = _ONES,
         axis_name: str | None = None,
         axis_index_groups: Any = None,
         use_fast_variance: bool = True,
@@ -235,8 +238,8 @@ class LayerNorm(Module):
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
         use_scale: bool = True,
-        bias_init: Initializer = initializers.zeros_init(),
-        scale_init: Initializer = initializers.ones_init(),
+        bias_init: Initializer = _ZEROS,
+        scale_init: Initializer = _ONES,
         reduction_axes: Axes = -1,
         feature_axes: Axes = -1,
         axis_name: str | None = None,
@@ -273,9 +276,7 @@ class LayerNorm(Module):
             (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
         )
         mean, var = _stats(self, x, self.reduction_axes, mask=mask)
-        return _normalize(
-            self, x, mean, var, scale, bias, self.reduction_axes, self.feature_axes
-        )
+        return _normalize(self, x, mean, var, scale, bias, self.reduction_axes, self.feature_axes)
 
 
 class RMSNorm(Module):
@@ -327,9 +328,7 @@ class RMSNorm(Module):
         """Normalise ``x``; only positions where ``mask`` is true count in the statistics."""
         x, scale = self.promote_dtype((x, _value(self.scale)), dtype=self.dtype)
         _, var = _stats(self, x, self.reduction_axes, use_mean=False, mask=mask)
-        return _normalize(
-            self, x, None, var, scale, None, self.reduction_axes, self.feature_axes
-        )
+        return _normalize(self, x, None, var, scale, None, self.reduction_axes, self.feature_axes)
 
 
 def _group_count(num_features: int, num_groups: int | None, group_size: int | None) -> int:
@@ -378,8 +377,8 @@ class GroupNorm(Module):
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
         use_scale: bool = True,
-        bias_init: Initializer = initializers.zeros_init(),
-        scale_init: Initializer = initializers.ones_init(),
+        bias_init: Initializer = _ZEROS,
+        scale_init: Initializer = _ONES,
         reduction_axes: Axes | None = None,
         axis_name: str | None = None,
         axis_index_groups: Any = None,
@@ -634,7 +633,7 @@ class WeightNorm(Module):
         epsilon: float = 1e-12,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
-        variable_filter: Any = filterlib.PathContains("kernel"),
+        variable_filter: Any = _KERNEL_PATHS,
         promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
     ) -> None:

@@ -54,9 +54,12 @@ __all__ = [
     "flip_sequences",
 ]
 
-default_kernel_init = initializers.lecun_normal()
-default_bias_init = initializers.zeros_init()
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+_ZEROS: Any = initializers.zeros_init()
+_ORTHOGONAL: Any = initializers.orthogonal()
+_LECUN_NORMAL: Any = initializers.lecun_normal()
+default_kernel_init: Initializer = _LECUN_NORMAL
+default_bias_init: Initializer = _ZEROS
 _CARRY_INIT_WARNING = (
     "carry_init is provided in __init__. Please, use carry_init argument in "
     "`initialize_carry` method instead to initialize the carry. Otherwise, two instances "
@@ -91,7 +94,7 @@ class RNNCellBase(Module):
 def modified_orthogonal(key: Array, shape: Shape, dtype: Dtype = jnp.float32) -> Array:
     """The orthogonal initializer drawn in float32 and cast to ``dtype`` (so that half
     precision works)."""
-    return initializers.orthogonal()(key, shape).astype(dtype)
+    return _ORTHOGONAL(key, shape).astype(dtype)
 
 
 def _cell_setup(
@@ -139,7 +142,7 @@ def _carry_parts(
         rngs = rngs.carry
     if rngs is None:
         raise ValueError("RNGs must be provided to initialize the cell carry.")
-    init = carry_init or cell.carry_init or initializers.zeros_init()
+    init = carry_init or cell.carry_init or _ZEROS
     shape = (*input_shape[:-1], cell.hidden_features)
     return [init(rngs(), shape, cell.param_dtype) for _ in range(parts)]
 
@@ -187,7 +190,7 @@ class LSTMCell(RNNCellBase):
         activation_fn: Callable[..., Any] = tanh,
         kernel_init: Initializer = default_kernel_init,
         recurrent_kernel_init: Initializer = modified_orthogonal,
-        bias_init: Initializer = initializers.zeros_init(),
+        bias_init: Initializer = _ZEROS,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         carry_init: Initializer | None = None,
@@ -296,8 +299,8 @@ class OptimizedLSTMCell(RNNCellBase):
         gate_fn: Callable[..., Any] = sigmoid,
         activation_fn: Callable[..., Any] = tanh,
         kernel_init: Initializer = default_kernel_init,
-        recurrent_kernel_init: Initializer = initializers.orthogonal(),
-        bias_init: Initializer = initializers.zeros_init(),
+        recurrent_kernel_init: Initializer = _ORTHOGONAL,
+        bias_init: Initializer = _ZEROS,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         carry_init: Initializer | None = None,
@@ -366,9 +369,9 @@ class SimpleCell(RNNCellBase):
         carry_init: Initializer | None = None,
         residual: bool = False,
         activation_fn: Callable[..., Any] = tanh,
-        kernel_init: Initializer = initializers.lecun_normal(),
-        recurrent_kernel_init: Initializer = initializers.orthogonal(),
-        bias_init: Initializer = initializers.zeros_init(),
+        kernel_init: Initializer = _LECUN_NORMAL,
+        recurrent_kernel_init: Initializer = _ORTHOGONAL,
+        bias_init: Initializer = _ZEROS,
         promote_dtype: PromoteDtypeFn = promote_dtype,
         keep_rngs: bool = False,
         rngs: Rngs,
@@ -442,8 +445,8 @@ class GRUCell(RNNCellBase):
         gate_fn: Callable[..., Any] = sigmoid,
         activation_fn: Callable[..., Any] = tanh,
         kernel_init: Initializer = default_kernel_init,
-        recurrent_kernel_init: Initializer = initializers.orthogonal(),
-        bias_init: Initializer = initializers.zeros_init(),
+        recurrent_kernel_init: Initializer = _ORTHOGONAL,
+        bias_init: Initializer = _ZEROS,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         carry_init: Initializer | None = None,
@@ -501,9 +504,7 @@ def flip_sequences(
     return F.flip_sequences(inputs, seq_lengths, num_batch_dims, time_major)
 
 
-def _axis_groups(
-    state_axes: Mapping[Any, Any], broadcast_rngs: Any
-) -> tuple[list[Any], list[Any]]:
+def _axis_groups(state_axes: Mapping[Any, Any], broadcast_rngs: Any) -> tuple[list[Any], list[Any]]:
     """The filters splitting the cell's state, and each group's axis: first the
     ``broadcast_rngs`` streams (broadcast), then ``state_axes`` in order."""
     filters = [filterlib.All(RngState, broadcast_rngs)]
@@ -723,9 +724,7 @@ class Bidirectional(Module):
         elif isinstance(rngs, RngStream):
             self.rngs = rngs
         else:
-            raise TypeError(
-                f"rngs must be a Rngs, jax.Array, int, or bool, but got {type(rngs)}."
-            )
+            raise TypeError(f"rngs must be a Rngs, jax.Array, int, or bool, but got {type(rngs)}.")
 
     def __call__(
         self,
@@ -747,8 +746,7 @@ class Bidirectional(Module):
             rngs = rngs.carry
         if self.forward_rnn is self.backward_rnn:
             logging.warning(
-                "forward_rnn and backward_rnn is the same object, so they will share "
-                "parameters."
+                "forward_rnn and backward_rnn is the same object, so they will share parameters."
             )
         stream = rngs
 

@@ -89,27 +89,33 @@ def spec_axes(*specs: Any) -> list[Any]:
     return found
 
 
+def labels(after: Split, out_split: Split, out_low: Lowered) -> list[str]:
+    """A unique name per output value, holding its path: JAX's errors about an output
+    (``got axis spec None but output was batched``) then say which Variable it was."""
+    names = [repr(("args", *e.path[1:])) for e in after.entries for _ in range(e.count)]
+    names += [repr(("out", *e.path)) for e in out_split.entries for _ in range(e.count)]
+    names += [f"out{jax.tree_util.keystr(tuple(p))}" for p in out_low.plain_paths]
+    return [f"{i}:{name}" for i, name in enumerate(names)]
+
+
 def group(
-    values: Sequence[Any], axes: Sequence[Any], known: Sequence[Any]
-) -> tuple[list[Any], ...]:
-    """``values`` sorted into one list per axis of ``known``."""
-    groups: tuple[list[Any], ...] = tuple([] for _ in known)
-    for v, a in zip(values, axes, strict=True):
-        groups[known.index(a)].append(v)
+    values: Sequence[Any], axes: Sequence[Any], names: Sequence[str], known: Sequence[Any]
+) -> tuple[dict[str, Any], ...]:
+    """``values`` sorted into one dict (by name) per axis of ``known``."""
+    groups: tuple[dict[str, Any], ...] = tuple({} for _ in known)
+    for v, a, name in zip(values, axes, names, strict=True):
+        groups[known.index(a)][name] = v
     return groups
 
 
 def ungroup(
-    groups: Sequence[Sequence[Any]], axes: Sequence[Any], known: Sequence[Any]
+    groups: Sequence[dict[str, Any]],
+    axes: Sequence[Any],
+    names: Sequence[str],
+    known: Sequence[Any],
 ) -> list[Any]:
     """The inverse of ``group``."""
-    cursors = [0] * len(known)
-    out = []
-    for a in axes:
-        k = known.index(a)
-        out.append(groups[k][cursors[k]])
-        cursors[k] += 1
-    return out
+    return [groups[known.index(a)][name] for a, name in zip(axes, names, strict=True)]
 
 
 def rebuild_output(
@@ -192,7 +198,7 @@ def map_call(
     add = metadata_hook(transform_metadata, add=True)
     record: dict[str, Any] = {}
 
-    def pure(state_values: list[Any], plain_values: list[Any]) -> tuple[list[Any], ...]:
+    def pure(state_values: list[Any], plain_values: list[Any]) -> tuple[dict[str, Any], ...]:
         plain = list(low.plain)
         for i, v in zip(mapped, plain_values, strict=True):
             plain[i] = v
@@ -204,15 +210,16 @@ def map_call(
         out_low = lower(out, out_axes, known=nodes)
         out_split, out_values = split_nodes(out_low.nodes, out_low.prefixes, add)
         axes = after.axes() + out_split.axes() + list(out_low.plain_axes)
-        record.update(after=after, out_low=out_low, out_split=out_split, axes=axes)
-        return group(after_values + out_values + list(out_low.plain), axes, known)
+        names = labels(after, out_split, out_low)
+        record.update(after=after, out_low=out_low, out_split=out_split, axes=axes, names=names)
+        return group(after_values + out_values + list(out_low.plain), axes, names, known)
 
     groups = mapper(
         pure,
         in_axes=(split.axes(), [low.plain_axes[i] for i in mapped]),
         out_axes=tuple(known),
     )(values, [low.plain[i] for i in mapped])
-    flat = ungroup(groups, record["axes"], known)
+    flat = ungroup(groups, record["axes"], record["names"], known)
     after: Split = record["after"]
     out_split: Split = record["out_split"]
     n_after = sum(e.count for e in after.entries)

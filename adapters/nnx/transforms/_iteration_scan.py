@@ -209,8 +209,8 @@ jax.tree_util.register_pytree_node(_Static, lambda s: ((), s), lambda aux, _: au
 def _keep_broadcast(
     entries: Sequence[Entry], carried: list[Any], before: Sequence[Any]
 ) -> list[Any]:
-    """Broadcast (``None``) state is the same in every step, as in Flax: changes a step
-    makes to it are dropped."""
+    """With graph updates, broadcast (``None``) state is the same in every step, as in
+    Flax: changes a step makes to it are dropped (without, they are carried)."""
     out: list[Any] = []
     i = 0
     for e in entries:
@@ -254,7 +254,8 @@ def _make_body(f: Callable[..., Any], spec: Any, opts: dict[str, Any]) -> Callab
         carried, scanned_entries, scanned = carried_values(
             "scan", gu, plan.carry_entries, carried_before, after, after_values
         )
-        carried = _keep_broadcast(plan.carry_entries, carried, state_carry)
+        if opts["graph"] and gu:
+            carried = _keep_broadcast(plan.carry_entries, carried, state_carry)
         ys_low = lower(ys, ys_spec, known=nodes)
         ys_split, ys_values = split_nodes(ys_low.nodes, ys_low.prefixes, opts["add"])
         carry_plain_out = [

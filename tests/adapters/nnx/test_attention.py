@@ -108,7 +108,10 @@ def test_functions_match_flax():
         (((2, 5, 4, 8), (2, 5, 4, 8), (2, 6, 4, 8)), "k, v lengths must match"),
         (((2, 5, 4, 8), (2, 5, 4, 7), (2, 5, 4, 8)), "q, k depths must match"),
         (((2, 5, 5, 8), (2, 5, 2, 8), (2, 5, 2, 8)), r"Query heads \(5\) must be multiple of Key"),
-        (((2, 5, 4, 8), (2, 5, 4, 8), (2, 5, 3, 8)), r"Query heads \(4\) must be multiple of Value"),
+        (
+            ((2, 5, 4, 8), (2, 5, 4, 8), (2, 5, 3, 8)),
+            r"Query heads \(4\) must be multiple of Value",
+        ),
     ],
 )
 def test_function_errors(args, match):

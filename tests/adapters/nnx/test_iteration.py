@@ -109,7 +109,8 @@ def test_scan_matches_flax(graph, graph_updates):
     np.testing.assert_array_equal(ours.count[...], theirs.count[...])
 
 
-def test_scan_carry_module_broadcast_and_reverse():
+@pytest.mark.parametrize("graph_updates,seen_after", [(True, 0), (False, 3)])
+def test_scan_carry_module_broadcast_and_reverse(graph_updates, seen_after):
     class Acc(nnx.Module):
         def __init__(self) -> None:
             self.total = nnx.Variable(jnp.array(0.0))
@@ -121,10 +122,11 @@ def test_scan_carry_module_broadcast_and_reverse():
         seen[...] = seen[...] + 1
         return acc, acc.total[...]
 
-    out, ys = nnx.scan(step, in_axes=(nnx.Carry, None, 0), reverse=True)(acc, seen, jnp.arange(3.0))
+    scan = nnx.scan(step, in_axes=(nnx.Carry, None, 0), reverse=True, graph_updates=graph_updates)
+    out, ys = scan(acc, seen, jnp.arange(3.0))
     assert out is acc
     np.testing.assert_array_equal(ys, [10.0, 5.0, 2.0])
-    assert acc.total[...] == 10.0 and seen[...] == 3
+    assert acc.total[...] == 10.0 and seen[...] == seen_after
 
 
 def test_scan_whole_carry_and_length():

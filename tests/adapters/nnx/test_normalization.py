@@ -163,8 +163,12 @@ def test_spectralnorm_refuses_changed_params_at_call_time():
 
 
 def test_weightnorm_refuses_new_params():
-    layer = nnx.WeightNorm(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), variable_filter=..., rngs=nnx.Rngs(1))
+    layer = nnx.WeightNorm(
+        nnx.Linear(3, 4, rngs=nnx.Rngs(0)), variable_filter=..., rngs=nnx.Rngs(1)
+    )
     assert sorted(layer.scales) == [("bias",), ("kernel",)]
     layer.layer_instance.extra = nnx.Param(jnp.ones(4))
-    with pytest.raises(RuntimeError, match=r"Could not find the scale corresponding to the param \('extra',\)"):
+    with pytest.raises(
+        RuntimeError, match=r"Could not find the scale corresponding to the param \('extra',\)"
+    ):
         layer(jnp.ones((2, 3)))

@@ -44,8 +44,7 @@ def _run_all(rnns, x, lengths):
 
 def test_rnn_matches_flax():
     # Every cell in one compiled call per library (compilations are the cost here).
-    ours = nnx.jit(lambda: _cells(nnx))()  # one compiled initialisation each
-    theirs = fnnx.jit(lambda: _cells(fnnx))()
+    ours, theirs = _cells(nnx), _cells(fnnx)
     for name in CELLS:
         _same(_state(ours[name], nnx), _state(theirs[name], fnnx))
     kw = dict(reverse=True, keep_order=True)
