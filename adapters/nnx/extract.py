@@ -247,15 +247,24 @@ class SlotInfo:
     paths: tuple[tuple[PathParts, ...], ...]
     graphdef: Any
     keep_all: bool = False
+    # jit hashes the slots' static parts on every call: hash once.
+    _hash: int = dataclasses.field(init=False, repr=False, compare=False)
 
-    def _key(self) -> tuple[Any, ...]:
-        return (self.index, self.paths, self.graphdef, self.keep_all)
+    def __post_init__(self) -> None:
+        key = (self.index, self.paths, self.graphdef, self.keep_all)
+        object.__setattr__(self, "_hash", hash(key))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SlotInfo) and self._key() == other._key()
+        return self is other or (
+            isinstance(other, SlotInfo)
+            and self._hash == other._hash
+            and (self.index, self.paths, self.keep_all)
+            == (other.index, other.paths, other.keep_all)
+            and self.graphdef == other.graphdef
+        )
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return self._hash
 
 
 class NodeSlot:

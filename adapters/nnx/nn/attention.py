@@ -99,8 +99,8 @@ def dot_product_attention_weights(
     collection as ``attention_weights``.
 
     >>> import jax.numpy as jnp
-    >>> from adapters import nnx
-    >>> nnx.dot_product_attention_weights(jnp.ones((2, 5, 4, 8)), jnp.ones((2, 7, 4, 8))).shape
+    >>> from adapters.nnx.nn.attention import dot_product_attention_weights
+    >>> dot_product_attention_weights(jnp.ones((2, 5, 4, 8)), jnp.ones((2, 7, 4, 8))).shape
     (2, 4, 5, 7)
     """
     query, key = promote_dtype((query, key), dtype=dtype)

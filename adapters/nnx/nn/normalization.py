@@ -212,6 +212,7 @@ class BatchNorm(Module):
         )
         if not use_running_average:
             mean, var = _stats(self, x, reduction_axes, mask=mask)
+            assert mean is not None
             self.mean[...] = lax.stop_gradient(F.ema(self.mean[...], mean, self.momentum))
             self.var[...] = lax.stop_gradient(F.ema(self.var[...], var, self.momentum))
         return _normalize(self, x, mean, var, scale, bias, reduction_axes, feature_axes)
@@ -572,7 +573,7 @@ class SpectralNorm(Module):
             ),
         )
         for path, param in to_flat_state(_graph_state(self.layer_instance, Param)):
-            self._normalize_param(tuple(path), param, update_stats)
+            self._normalize_param(tuple(path), param, bool(update_stats))
         return self.layer_instance(x)  # type: ignore[operator]
 
     def _stat(self, path: tuple[Any, ...], name: str) -> BatchStat:

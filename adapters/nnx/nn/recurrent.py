@@ -689,7 +689,8 @@ class Bidirectional(Module):
     >>> from adapters import nnx
     >>> fwd = nnx.RNN(nnx.LSTMCell(3, 4, rngs=nnx.Rngs(0)))
     >>> bwd = nnx.RNN(nnx.LSTMCell(3, 4, rngs=nnx.Rngs(1)))
-    >>> nnx.Bidirectional(fwd, bwd)(jnp.ones((2, 5, 3))).shape
+    >>> from adapters.nnx.nn.recurrent import Bidirectional
+    >>> Bidirectional(fwd, bwd)(jnp.ones((2, 5, 3))).shape
     (2, 5, 8)
     """
 

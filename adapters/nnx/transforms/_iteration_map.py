@@ -13,8 +13,6 @@ from typing import Any
 
 import jax
 
-import pytreemod as pm
-
 from .. import graphlib
 from ..module import Module
 from ._iteration_axes import Carry, StateAxes, axis_of, check_prefix, is_prefix_leaf, is_tree_state
@@ -236,7 +234,7 @@ def map_call(
 
 def vmap_mapper(axis_name: Any, axis_size: int | None, spmd_axis_name: Any) -> Callable[..., Any]:
     def mapper(fn: Callable[..., Any], *, in_axes: Any, out_axes: Any) -> Callable[..., Any]:
-        return pm.vmap(
+        return jax.vmap(
             fn,
             in_axes=in_axes,
             out_axes=out_axes,

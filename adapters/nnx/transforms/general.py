@@ -6,8 +6,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import jax
+
 from .. import extract
 from ..graphlib import GraphNode
+from ..variablelib import Variable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -102,28 +105,36 @@ def lifted_call(
 
 def split_inputs(f: Any = extract.Missing, *, ctxtag: str = "split_merge_inputs") -> Any:
     """Lift ``f`` (a JAX transform applied to functions of arrays) to take graph nodes:
-    the nodes among its arguments are lowered; functions passed to it must be wrapped
-    with ``merge_inputs``. Changes made inside are applied to the caller's objects."""
+    the nodes among its arguments are lowered; the functions it calls must be wrapped
+    with ``merge_inputs``. ``f`` returns ``(arguments, out)`` in lowered form (so a
+    ``vmap``'s ``out_axes`` is ``(in_axes, out_axes)``); the arguments' new Variable
+    values are written into the caller's objects."""
     if f is extract.Missing:
         return functools.partial(split_inputs, ctxtag=ctxtag)
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         (pargs, pkwargs), lowered = extract.lower(
-            (args, kwargs),
-            graph=True,
-            graph_updates=True,
-            name="split_inputs",
-            keep_all=lambda _: True,
+            (args, kwargs), graph=True, graph_updates=True, name="split_inputs"
         )
-        updates, out = f(*pargs, **pkwargs)
-        return lowered.finish(updates, out)
+        args_out, out = f(*pargs, **pkwargs)
+        position = {path: j for j, path in enumerate(lowered.paths)}
+        for slot in jax.tree.leaves(args_out, is_leaf=extract.is_slot):
+            if not isinstance(slot, extract.NodeSlot):
+                continue
+            for paths, values in zip(slot.info.paths, slot.groups):
+                for path, value in zip(paths, values):
+                    target = lowered.leaves[position[(slot.info.index, *path)]]
+                    if isinstance(target, Variable):
+                        target.set_raw_value(value.get_raw_value())
+        return extract.raise_outputs(out)
 
     return wrapper
 
 
 def merge_inputs(f: Any = extract.Missing, *, ctxtag: str = "split_merge_inputs") -> Any:
-    """The inner half of ``split_inputs``: rebuild the nodes, call ``f``, lower the result."""
+    """The inner half of ``split_inputs``: rebuild the nodes, call ``f``, and return
+    ``(arguments, out)`` lowered (the arguments with their Variables' current values)."""
     if f is extract.Missing:
         return functools.partial(merge_inputs, ctxtag=ctxtag)
 
@@ -132,6 +143,18 @@ def merge_inputs(f: Any = extract.Missing, *, ctxtag: str = "split_merge_inputs"
         (a, k), raised = extract.raise_inputs(
             (pargs, pkwargs), graph=True, graph_updates=True, name="merge_inputs"
         )
-        return raised.lower_outputs(f(*a, **k))
+        out = f(*a, **k)
+        current = dict(raised.entry)
+
+        def refill(x: Any) -> Any:
+            if not isinstance(x, extract.NodeSlot):
+                return x
+            groups = tuple(
+                tuple(current[(x.info.index, *path)] for path in paths) for paths in x.info.paths
+            )
+            return extract.NodeSlot(x.info, groups, x.meta)
+
+        args_out = jax.tree.map(refill, (pargs, pkwargs), is_leaf=extract.is_slot)
+        return args_out[0] if not pkwargs else args_out, extract.lower_outputs(out)
 
     return wrapper

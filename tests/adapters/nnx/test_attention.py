@@ -17,7 +17,8 @@ MASK = jax.random.bernoulli(jax.random.key(3), 0.7, (2, 1, 3, 5))
 
 
 def _params(module, lib):
-    return {p: np.asarray(v[...]) for p, v in lib.to_flat_state(lib.state(module, lib.Param))}
+    flat = lib.to_flat_state(lib.state(module, lib.Param))
+    return {tuple(map(str, p)): np.asarray(v[...]) for p, v in flat}
 
 
 def _build(lib, **kw):
@@ -45,11 +46,15 @@ def _dropout_call(module, x):
 
 
 def test_dropout_keys_match_flax():
-    kw = dict(dropout_rate=0.5, deterministic=False)
-    ours = nnx.MultiHeadAttention(2, 8, decode=False, rngs=nnx.Rngs(0, dropout=3), **kw)
-    theirs = fnnx.MultiHeadAttention(2, 8, decode=False, rngs=fnnx.Rngs(0, dropout=3), **kw)
+    def build(lib):
+        return lib.MultiHeadAttention(
+            2, 8, dropout_rate=0.5, deterministic=False, decode=False, rngs=lib.Rngs(0, dropout=3)
+        )
+
+    ours, theirs = build(nnx), build(fnnx)
     for a, b in zip(nnx.jit(_dropout_call)(ours, X), fnnx.jit(_dropout_call)(theirs, X)):
         np.testing.assert_array_equal(a, b)
+    assert ours.rngs is not None and theirs.rngs is not None
     assert int(ours.rngs.count[...]) == int(theirs.rngs.count[...]) == 1
 
 
@@ -65,6 +70,7 @@ def test_decode_matches_flax():
     for a, b in zip(nnx.jit(_decode)(ours, X), fnnx.jit(_decode)(theirs, X)):
         np.testing.assert_array_equal(a, b)
     assert int(ours.cache_index[...]) == 2 and type(ours.cached_key) is nnx.Cache
+    assert ours.cached_value is not None and theirs.cached_value is not None
     np.testing.assert_array_equal(ours.cached_value[...], theirs.cached_value[...])
 
 
