@@ -506,7 +506,11 @@ def main() -> None:
         "other jobs: absolute times are noisy; ratios come from interleaved rounds).\n"
     )
     failed: dict[str, str] = {}
-    built = {task: build(make(), failed) for task, make in TASKS.items()}
+    built: dict[str, dict[str, Call]] = {}
+    for task, make in TASKS.items():
+        task_failed: dict[str, str] = {}
+        built[task] = build(make(), task_failed)
+        failed.update({f"{task}: {name}": error for name, error in task_failed.items()})
     names = list(TASKS["forward"]())
     result = measure(built, calls=args.calls, rounds=args.rounds, failed=failed)
     print(f"### (a) Dispatch per call: MLP of {DEPTH} Linear({WIDTH}) layers, batch {BATCH}\n")

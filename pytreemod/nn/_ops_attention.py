@@ -88,9 +88,10 @@ def _head_groups(query: Any, other: Any, name: str) -> int:
     """How many query heads share each head of ``other`` (1 unless grouped-query)."""
     q_heads, heads = query.shape[-2], other.shape[-2]
     if q_heads % heads:
-        raise LayerConfigError(
-            f"grouped-query attention needs the query heads ({q_heads}) to be a multiple "
-            f"of the {name} heads ({heads})."
+        fail(
+            "dot_product_attention",
+            f"dimension 'heads' does not agree: {name} has {heads} heads and query "
+            f"{q_heads}, which is not a multiple of them (grouped-query attention)",
         )
     return q_heads // heads
 

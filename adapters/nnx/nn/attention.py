@@ -224,6 +224,18 @@ def combine_masks(*masks: Array | None, dtype: Dtype = jnp.float32) -> Array | N
     return F.combine_masks(*present, dtype=dtype)
 
 
+def _check_heads(num_heads: int, num_kv_heads: int, qkv_features: int) -> None:
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads})."
+        )
+    if qkv_features % num_heads != 0:
+        raise ValueError(
+            f"Memory dimension ({qkv_features}) must be divisible by 'num_heads' heads "
+            f"({num_heads})."
+        )
+
+
 class MultiHeadAttention(Module):
     """Multi-head attention: ``query``, ``key`` and ``value`` ``LinearGeneral`` projections
     to ``(num_heads, head_dim)`` (``num_kv_heads`` for key and value: grouped-query
@@ -289,11 +301,7 @@ class MultiHeadAttention(Module):
         self.out_features = out_features if out_features is not None else in_features
         self.in_kv_features = in_kv_features if in_kv_features is not None else in_features
         self.num_kv_heads = num_kv_heads if num_kv_heads is not None else num_heads
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be divisible by num_kv_heads "
-                f"({self.num_kv_heads})."
-            )
+        _check_heads(self.num_heads, self.num_kv_heads, self.qkv_features)
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.broadcast_dropout = broadcast_dropout
@@ -311,26 +319,9 @@ class MultiHeadAttention(Module):
         self.out_dot_general = out_dot_general
         self.qkv_dot_general_cls = qkv_dot_general_cls
         self.out_dot_general_cls = out_dot_general_cls
-        if self.qkv_features % self.num_heads != 0:
-            raise ValueError(
-                f"Memory dimension ({self.qkv_features}) must be divisible by 'num_heads' "
-                f"heads ({self.num_heads})."
-            )
         self.head_dim = self.qkv_features // self.num_heads
         projection = functools.partial(
-            LinearGeneral,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            kernel_init=kernel_init,
-            bias_init=bias_init,
-            use_bias=use_bias,
-            precision=precision,
-            promote_dtype=qkv_promote_dtype,
-            dot_general=qkv_dot_general,
-            dot_general_cls=qkv_dot_general_cls,
-            kernel_metadata=kernel_metadata,
-            bias_metadata=bias_metadata,
-            rngs=rngs,
+            self._projection, rngs, kernel_init, bias_init, kernel_metadata, bias_metadata
         )
         self.query = projection(self.in_features, (self.num_heads, self.head_dim))
         self.key = projection(self.in_kv_features, (self.num_kv_heads, self.head_dim))
@@ -344,22 +335,15 @@ class MultiHeadAttention(Module):
         else:
             self.query_ln = data(None)
             self.key_ln = data(None)
-        self.out = LinearGeneral(
-            in_features=(self.num_heads, self.head_dim),
-            out_features=self.out_features,
-            axis=(-2, -1),
-            kernel_init=out_kernel_init or kernel_init,
-            bias_init=out_bias_init or bias_init,
-            use_bias=use_bias,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            precision=precision,
-            promote_dtype=out_promote_dtype,
-            dot_general=out_dot_general,
-            dot_general_cls=out_dot_general_cls,
-            rngs=rngs,
-            kernel_metadata=out_kernel_metadata or kernel_metadata,
-            bias_metadata=out_bias_metadata or bias_metadata,
+        self.out = self._projection(
+            rngs,
+            out_kernel_init or kernel_init,
+            out_bias_init or bias_init,
+            out_kernel_metadata or kernel_metadata,
+            out_bias_metadata or bias_metadata,
+            (self.num_heads, self.head_dim),
+            self.out_features,
+            output=True,
         )
         self.rngs: RngStream | None = (
             rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else None
@@ -367,6 +351,37 @@ class MultiHeadAttention(Module):
         self.cached_key: Cache | None = data(None)
         self.cached_value: Cache | None = data(None)
         self.cache_index: Cache | None = data(None)
+
+    def _projection(
+        self,
+        rngs: Rngs,
+        kernel_init: Initializer,
+        bias_init: Initializer,
+        kernel_metadata: Mapping[str, Any],
+        bias_metadata: Mapping[str, Any],
+        in_features: Any,
+        out_features: Any,
+        *,
+        output: bool = False,
+    ) -> LinearGeneral:
+        """An input projection (to heads), or with ``output`` the output one (from them)."""
+        return LinearGeneral(
+            in_features,
+            out_features,
+            axis=(-2, -1) if output else -1,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            use_bias=self.use_bias,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            precision=self.precision,
+            promote_dtype=self.out_promote_dtype if output else self.qkv_promote_dtype,
+            dot_general=self.out_dot_general if output else self.qkv_dot_general,
+            dot_general_cls=self.out_dot_general_cls if output else self.qkv_dot_general_cls,
+            rngs=rngs,
+            kernel_metadata=kernel_metadata,
+            bias_metadata=bias_metadata,
+        )
 
     def _qk_norm(self, rngs: Rngs, scale_metadata: Mapping[str, Any]) -> LayerNorm:
         return LayerNorm(

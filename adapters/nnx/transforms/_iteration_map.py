@@ -1,4 +1,4 @@
-"""``nnx.vmap`` and ``nnx.pmap``: ``pm.vmap``/``jax.pmap`` over the lowered graph state.
+"""``nnx.vmap`` and ``nnx.pmap``: ``jax.vmap``/``jax.pmap`` over the lowered graph state.
 
 The state of every graph node in the arguments is lowered to flat arrays, one axis each
 (see ``_iteration_lift``); the mapped function merges fresh objects from them, runs the

@@ -1,7 +1,8 @@
-"""``nnx.scan``: ``pm.scan`` over the lowered graph state.
+"""``nnx.scan``: ``jax.lax.scan`` over the lowered graph state.
 
-State with axis ``Carry`` (the carry argument's) and ``None`` (broadcast: read and updated
-in every step, as in Flax) is the loop carry; state with an int axis is scanned over that
+State with axis ``Carry`` (the carry argument's) and ``None`` (broadcast: with graph
+updates the same value in every step, changes dropped; without, carried from step to
+step, as in Flax) is the loop carry; state with an int axis is scanned over that
 axis, and its per-step values are stacked back on it. The output's ``Carry`` position
 returns the carry argument itself (the caller's objects, updated).
 """
@@ -355,8 +356,9 @@ def scan(
     ``StateAxes({filter: axis})`` does so per substate of a graph node. ``out_axes`` marks
     the output the same way (the carry output must be the carry argument's objects), and
     stacks the other outputs on the given axes. Changes made to the arguments' Modules and
-    Variables are seen by the caller: scanned state is stacked, carried and broadcast
-    state keeps the last step's value.
+    Variables are seen by the caller: scanned state is stacked, carried state keeps the
+    last step's value; broadcast state does too with ``graph_updates=False``, and is left
+    unchanged with graph updates (Flax's behaviour in each mode).
     """
     if f is None:
         return functools.partial(

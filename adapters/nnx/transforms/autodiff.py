@@ -75,6 +75,8 @@ def _grad_general(
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         n = len(args)
         diff = {i % n: spec for i, spec in specs.items()}
+        if graph and not graph_updates:
+            extract.check_prefix_aliasing(args, tuple(i in diff for i in range(n)))
 
         def n_groups(keypath: Any) -> int:
             return 2 if keypath[0].idx == 0 and keypath[1].idx in diff else 1
@@ -435,6 +437,7 @@ class CustomVjp:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = resolve_kwargs(self.fun, args, kwargs)
+        extract.check_no_aliases("custom_vjp", args=args)
         pargs, lowered = _lower_each(args, self.graph, "custom_vjp")
         out, changes = self.custom(*pargs)
         for lw, ch in zip(lowered, changes):
@@ -484,6 +487,7 @@ def custom_vjp(
             custom_vjp, nondiff_argnums=nondiff_argnums, graph=graph, graph_updates=updates
         )
     check_unbound(fun, "custom_vjp")
+    check_prefix(nondiff_argnums, "nondiff_argnums", "custom_vjp", graph, updates)
     if graph and updates:
         raise NotImplementedError(
             "nnx.custom_vjp with graph=True and graph_updates=True is not supported yet; "

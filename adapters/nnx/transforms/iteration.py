@@ -1,12 +1,19 @@
 """NNX's iteration transforms: ``vmap``, ``pmap``, ``scan``, ``while_loop``, ``fori_loop``.
 
-Each is a pytreemod/JAX transform (``pm.vmap``, ``jax.pmap``, ``pm.scan``,
-``pm.while_loop``, ``jax.lax.fori_loop``) applied to the graph state of the arguments:
+Each is a JAX transform (``jax.vmap``, ``jax.pmap``, ``jax.lax.scan``,
+``jax.lax.while_loop``, ``jax.lax.fori_loop``) applied to the graph state of the arguments:
 the graph nodes are split together, their state travels through the transform as flat
 arrays with one axis each, and the caller's objects are updated in place afterwards (see
 ``_iteration_lift``). ``in_axes``/``out_axes`` are JAX prefixes over the arguments, with
 ``StateAxes({filter: axis})`` in place of an axis to give a node's substates different axes
 and ``Carry`` marking scan's loop state.
+
+pytreemod's ``pm.vmap``/``pm.scan``/``pm.while_loop`` are not used here: they treat Python
+numbers as static (NNX, like JAX, traces them: ``while_loop(..., (m, x, 3.0))`` counts
+down a traced float), ``pm.scan`` builds a new body per call (NNX's scan traces once per
+structure) and ``pm.vmap`` renames output paths (JAX's "got axis spec None but output was
+batched" error then no longer names the Variable). The split state is plain arrays, so the
+JAX transforms are applied to it directly.
 """
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
