@@ -20,9 +20,7 @@ from typing import Any
 
 import jax
 
-import pytreemod as pm
-
-from .. import extract, graphlib
+from .. import extract, filterlib, graphlib
 from ..extract import NodeSlot, PrefixMapping, check_prefix
 from ..statelib import State
 from ..variablelib import Param, Variable
@@ -37,7 +35,7 @@ class DiffState(PrefixMapping):
     filter: Any
 
     def map_prefix(self, path: tuple[Any, ...], variable: Variable) -> Any:
-        return pm.to_filter(self.filter)(path, variable)
+        return filterlib.to_predicate(self.filter)(path, variable)
 
 
 def _argnum_specs(argnums: Any, graph_updates: bool) -> dict[int, Any]:
@@ -90,7 +88,7 @@ def _grad_general(
             # A Variable passed as an int argnum is differentiated whole (any type).
             if path == () and isinstance(leaf, Variable) and not _is_diffstate(argnums, keypath):
                 return 0
-            return 0 if pm.to_filter(spec)(path, leaf) else 1
+            return 0 if filterlib.to_predicate(spec)(path, leaf) else 1
 
         (pargs, pkwargs), lowered = extract.lower(
             (args, kwargs),

@@ -16,9 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
-import pytreemod as pm
-
-from .. import extract
+from .. import extract, filterlib
 from ..extract import NodeSlot, PrefixMapping, TreeState
 from ..statelib import State, to_flat_state
 from ..variablelib import Variable
@@ -50,13 +48,13 @@ class StateSharding(PrefixMapping):
 
     def map_prefix(self, path: tuple[Any, ...], variable: Variable) -> Any:
         for f, sharding in zip(self._filters, self._shardings):
-            if pm.to_filter(f)(path, variable):
+            if filterlib.to_predicate(f)(path, variable):
                 return sharding
         raise ValueError(f"No axis found for {path=}, {variable=}")
 
     def group(self, path: tuple[Any, ...], leaf: Any) -> int:
         for i, f in enumerate(self._filters):
-            if pm.to_filter(f)(path, leaf):
+            if filterlib.to_predicate(f)(path, leaf):
                 return i
         raise ValueError(f"No axis found for {path=}, variable={leaf!r}")
 
