@@ -6,6 +6,7 @@ since imported everything. Nothing here is timed (``benchmarks/imports.py`` time
 """
 
 import ast
+import functools
 import json
 import pathlib
 import subprocess
@@ -22,20 +23,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 HEAVY = ("rich", "safetensors", "orbax", "msgpack", "treescope", "beartype", "optax")
 
 
-def _loaded_after(statement: str, prefixes: tuple[str, ...]) -> list[str]:
-    """The modules among ``prefixes`` (top-level names) loaded by ``statement`` in a fresh
-    interpreter."""
-    code = (
-        "import json, sys\n"
-        f"{statement}\n"
-        f"prefixes = {prefixes!r}\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in prefixes "
-        "or m in prefixes)))\n"
-    )
+@functools.cache
+def _modules_after(statement: str) -> frozenset[str]:
+    """Every module loaded by ``statement`` in a fresh interpreter. Cached: several tests
+    ask about the same statement, and each interpreter start imports JAX (seconds)."""
+    code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))\n"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return frozenset(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _loaded_after(statement: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules among ``prefixes`` (top-level names) loaded by ``statement`` in a fresh
+    interpreter."""
+    return sorted(
+        m for m in _modules_after(statement) if m.split(".")[0] in prefixes or m in prefixes
+    )
 
 
 def test_import_pytreemod_loads_no_heavy_optional_module() -> None:

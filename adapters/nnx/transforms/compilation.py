@@ -16,7 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
-from .. import extract, filterlib
+from .. import extract, filterlib, graphlib
 from ..extract import NodeSlot, PrefixMapping, TreeState
 from ..statelib import State, to_flat_state
 from ..variablelib import Variable
@@ -222,6 +222,10 @@ class JitWrapped(Generic[P, R]):
         return functools.partial(self, obj)
 
     def _lower(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # cached_partial's handshake: this call takes the static cache it offers. Its
+        # cached nodes share their Variables with the originals, so the split below
+        # reaches (and updates) the caller's Variables.
+        graphlib.GRAPH_CONTEXT.tmp_static_cache = None
         args = (*self.partial_args, *args)
         n = len(args)
         static = {i % n for i in self.static_nums if -n <= i < n}

@@ -259,3 +259,38 @@ def test_shard_map_and_compat() -> None:
     assert nnx.compat.split.keywords == {"graph": True}
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         _ = nnx.compat.nothing
+
+
+def test_prefix_string_filter_is_a_tag_as_in_flax() -> None:
+    def build(lib: Any) -> Any:
+        class Tagged(lib.Module):
+            def __init__(self) -> None:
+                self.a = lib.Param(jnp.ones(2), tag="foo")
+                self.b = lib.Param(jnp.ones(2))
+
+        return Tagged()
+
+    for filter_map in ({"foo": 0, ...: None}, {"params": 0, ...: None}):
+        ours = nnx.prefix(build(nnx), filter_map, graph=False)
+        theirs = fnnx.prefix(build(fnnx), filter_map, graph=False)
+        assert (ours.a, ours.b) == (theirs.a, theirs.b)
+    # A StateSharding's string filter is a tag too.
+    m = build(nnx)
+    assert nnx.StateSharding({"foo": "x", ...: "y"}).map_prefix(("b",), m.b) == "y"
+
+
+def test_cached_partial_feeds_jit_and_updates_the_originals() -> None:
+    m = Counter()
+
+    @nnx.jit
+    def step(cached: Counter, x: jax.Array) -> tuple[Counter, jax.Array]:
+        return cached, cached(x)
+
+    f = nnx.cached_partial(step, m)
+    first, y = f(jnp.array(3.0))
+    second, _ = f(jnp.array(1.0))
+    assert float(y) == 6.0 and first is second and first is not m
+    assert first.w is m.w and int(m.count[...]) == 2
+    # Only a transform that takes the offered cache may be called through it.
+    with pytest.raises(ValueError, match="no context consumed it"):
+        nnx.cached_partial(lambda cached: cached, m)()
