@@ -217,6 +217,16 @@ class BatchNorm(Module):
             self.var[...] = lax.stop_gradient(F.ema(self.var[...], var, self.momentum))
         return _normalize(self, x, mean, var, scale, bias, reduction_axes, feature_axes)
 
+    def set_view(self, use_running_average: bool | None = None) -> None:
+        """Set ``use_running_average`` (when given); called by ``nnx.view``.
+
+        Args:
+            use_running_average: ``True`` normalises with the stored running statistics,
+                ``False`` with the batch's (and updates the running averages).
+        """
+        if use_running_average is not None:
+            self.use_running_average = use_running_average
+
 
 class LayerNorm(Module):
     """Layer normalization: each example normalised with its own statistics over

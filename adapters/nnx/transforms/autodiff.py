@@ -22,7 +22,7 @@ import jax
 
 from .. import extract, filterlib, graphlib
 from ..extract import NodeSlot, PrefixMapping, check_prefix
-from ..statelib import State
+from ..statelib import State, to_flat_state
 from ..variablelib import Param, Variable
 from .general import Purify, check_unbound, lifted_call, resolve_kwargs
 
@@ -470,6 +470,146 @@ class CustomVjp:
         self.custom.defvjp(fwd_pure, bwd_pure, symbolic_zeros=symbolic_zeros)
 
 
+class GraphCustomVjp:
+    """``nnx.custom_vjp`` in graph-update mode (Flax's ``CustomVjp``).
+
+    Each differentiable graph-node argument enters ``jax.custom_vjp`` as the State of its
+    differentiable Variables (all of them, or those a ``DiffState`` in ``nondiff_argnums``
+    selects; the rest is closed over). ``f``/``fwd`` see rebuilt objects; what they do to
+    them (new values, new attributes) comes back as each node's full state and is applied
+    to the caller's objects. ``bwd(*nondiff_args, residual, (args_g, out_g))`` gets that
+    state's cotangents (``args_g``: one State per node argument) and returns one cotangent
+    per differentiable argument: a State (or Variable) shaped like its input."""
+
+    def __init__(self, fun: Callable[..., Any], nondiff_argnums: tuple[Any, ...]) -> None:
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.jax_nondiff = tuple(x for x in nondiff_argnums if isinstance(x, int))
+        self.filters: dict[int, Any] = {}
+        for x in nondiff_argnums:
+            index = x.argnum if isinstance(x, DiffState) else x
+            if index in self.filters:
+                raise ValueError(f"argnum {index} is repeated in nondiff_argnums")
+            self.filters[index] = x.filter if isinstance(x, DiffState) else False
+        self.fwd: Callable[..., Any] | None = None
+        self.bwd: Callable[..., Any] | None = None
+        self.symbolic_zeros: bool | None = None
+
+    def defvjp(
+        self, fwd: Callable[..., Any], bwd: Callable[..., Any], symbolic_zeros: bool = False
+    ) -> None:
+        self.fwd, self.bwd, self.symbolic_zeros = fwd, bwd, symbolic_zeros
+
+    def _split(self, args: tuple[Any, ...]) -> tuple[Any, list[Any], Any, dict[Any, Any]]:
+        """``(treedef, flat args, joint graphdef, closed-over state)``; node leaves of the
+        flat args replaced by their differentiable state."""
+        flat, treedef = jax.tree_util.tree_flatten_with_path(args, is_leaf=extract.is_node_leaf)
+        where = [i for i, (_, x) in enumerate(flat) if extract.is_node_leaf(x)]
+        for i in where:
+            keypath, value = flat[i]
+            if keypath[0].idx in self.jax_nondiff:
+                raise TypeError(
+                    "Passing integers to nondiff_argnums for graph nodes arguments in "
+                    f"custom_vjp is not supported. Got False at path "
+                    f"{jax.tree_util.keystr(keypath)} for value {value}"
+                )
+        nodes = tuple(flat[i][1] for i in where)
+        leaves = [x for _, x in flat]
+        if not nodes:
+            return treedef, leaves, None, {}
+        graphdef, state = graphlib.split(nodes)
+        passed: list[dict[Any, Any]] = [{} for _ in nodes]
+        rest: dict[Any, Any] = {}
+        for path, var in to_flat_state(state):
+            k = path[0]
+            spec = self.filters.get(flat[where[k]][0][0].idx, True)
+            if spec is True or filterlib.to_predicate(spec)(path[1:], var):
+                passed[k][path[1:]] = var
+            else:
+                rest[path] = var
+        for k, i in enumerate(where):
+            own = passed[k]
+            leaves[i] = own[()] if () in own else State.from_flat_path(own)
+        return treedef, leaves, graphdef, rest
+
+    def _rebuild(self, pure: tuple[Any, ...], treedef: Any, graphdef: Any, rest: Any) -> Any:
+        """The arguments as objects again (inside the transform), from ``pure``."""
+        flat = jax.tree_util.tree_leaves(pure, is_leaf=_is_pure_node)
+        if graphdef is None:
+            return jax.tree_util.tree_unflatten(treedef, flat)
+        joint = dict(rest)
+        where = [i for i, x in enumerate(flat) if _is_pure_node(x)]
+        for k, i in enumerate(where):
+            x = flat[i]
+            if isinstance(x, Variable):
+                joint[(k,)] = x
+            else:
+                joint.update({(k, *p): v for p, v in to_flat_state(x)})
+        nodes = graphlib.merge(graphdef, State.from_flat_path(joint), copy=True)
+        for k, i in enumerate(where):
+            flat[i] = nodes[k]
+        return jax.tree_util.tree_unflatten(treedef, flat)
+
+    def _outputs(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Each differentiable argument with its nodes as ``TreeState``s, other leaves None."""
+        diff = tuple(a for i, a in enumerate(args) if i not in self.jax_nondiff)
+        return jax.tree.map(
+            lambda x: extract.TreeState(*graphlib.split(x)) if extract.is_node_leaf(x) else None,
+            diff,
+            is_leaf=extract.is_node_leaf,
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = resolve_kwargs(self.fun, args, kwargs)
+        fwd, bwd = self.fwd, self.bwd
+        if fwd is None or bwd is None or self.symbolic_zeros is None:
+            raise ValueError()
+        treedef, pure, graphdef, rest = self._split(args)
+        pure_args = jax.tree_util.tree_unflatten(treedef, pure)
+        fun, nondiff = self.fun, self.jax_nondiff
+
+        def fun_pure(*pure_args: Any) -> Any:
+            inner = self._rebuild(pure_args, treedef, graphdef, rest)
+            out = fun(*inner)
+            return self._outputs(inner), extract.lower_outputs(out)
+
+        def fwd_pure(*pure_args: Any) -> Any:
+            inner = self._rebuild(pure_args, treedef, graphdef, rest)
+            out, residual = fwd(*inner)
+            outs = (self._outputs(inner), extract.lower_outputs(out))
+            return outs, extract.lower_outputs(residual)
+
+        def bwd_pure(*all_args: Any) -> Any:
+            *nondiff_args, residual, (args_g, out_g) = all_args
+            args_g = jax.tree.map(
+                lambda x: x.state if isinstance(x, extract.TreeState) else x,
+                args_g,
+                is_leaf=lambda x: isinstance(x, extract.TreeState),
+            )
+            tangent = bwd(*nondiff_args, extract.raise_outputs(residual), (args_g, out_g))
+            for x in jax.tree.leaves(tangent, is_leaf=_is_pure_node):
+                if not isinstance(x, (jax.Array, State, Variable)) and x is not None:
+                    raise ValueError(f"Expected State or Variable, got {type(x)}")
+            return tuple(tangent)
+
+        custom = jax.custom_vjp(fun_pure, nondiff_argnums=nondiff)
+        custom.defvjp(fwd_pure, bwd_pure, symbolic_zeros=self.symbolic_zeros)
+        args_out, out = custom(*pure_args)
+        diff_args = tuple(a for i, a in enumerate(args) if i not in nondiff)
+        originals = jax.tree.leaves(diff_args, is_leaf=extract.is_node_leaf)
+        originals = [x for x in originals if extract.is_node_leaf(x)]
+        results = jax.tree.leaves(args_out, is_leaf=lambda x: isinstance(x, extract.TreeState))
+        for node, result in zip(originals, results):
+            fresh = graphlib.merge(result.graphdef, result.state)
+            origins = tuple((p, p) for p, _ in graphlib.iter_graph(fresh, graph=True))
+            extract.graft(fresh, node, origins)
+        return extract.raise_outputs(out)
+
+
+def _is_pure_node(x: Any) -> bool:
+    return isinstance(x, (State, Variable))
+
+
 def custom_vjp(
     fun: Any = extract.Missing,
     *,
@@ -487,8 +627,5 @@ def custom_vjp(
     check_unbound(fun, "custom_vjp")
     check_prefix(nondiff_argnums, "nondiff_argnums", "custom_vjp", graph, updates)
     if graph and updates:
-        raise NotImplementedError(
-            "nnx.custom_vjp with graph=True and graph_updates=True is not supported yet; "
-            "pass graph_updates=False."
-        )
+        return GraphCustomVjp(fun, tuple(nondiff_argnums))
     return CustomVjp(fun, tuple(nondiff_argnums), graph)

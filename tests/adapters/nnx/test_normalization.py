@@ -172,3 +172,20 @@ def test_weightnorm_refuses_new_params():
         RuntimeError, match=r"Could not find the scale corresponding to the param \('extra',\)"
     ):
         layer(jnp.ones((2, 3)))
+
+
+def test_view_switches_batchnorm_to_running_statistics_as_flax():
+    def run(lib):
+        model = lib.Sequential(
+            lib.Linear(8, 8, rngs=lib.Rngs(1)), lib.BatchNorm(8, rngs=lib.Rngs(0))
+        )
+        evaluating = lib.view(model, use_running_average=True)
+        out = evaluating(X)
+        flags = (model.layers[1].use_running_average, evaluating.layers[1].use_running_average)
+        return out, flags, np.asarray(model.layers[1].mean[...])
+
+    (ours, our_flags, our_mean), (theirs, their_flags, their_mean) = run(nnx), run(fnnx)
+    assert our_flags == their_flags == (False, True)  # the view is a copy; the model keeps its mode
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(our_mean, their_mean)  # running averages left alone
+    assert not our_mean.any()
