@@ -241,10 +241,9 @@ class TreeState:
     state: Any
 
 
+# The GraphDef is the aux data (compared by value: equal structures, equal treedefs).
 jax.tree_util.register_pytree_node(
-    TreeState,
-    lambda t: ((t.state,), _Static(t.graphdef)),
-    lambda g, ch: TreeState(g.value if isinstance(g, _Static) else g, ch[0]),
+    TreeState, lambda t: ((t.state,), t.graphdef), lambda g, ch: TreeState(g, ch[0])
 )
 
 

@@ -550,14 +550,24 @@ class GraphCustomVjp:
             flat[i] = nodes[k]
         return jax.tree_util.tree_unflatten(treedef, flat)
 
-    def _outputs(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Each differentiable argument with its nodes as ``TreeState``s, other leaves None."""
+    def _outputs(self, args: tuple[Any, ...], out: Any) -> tuple[Any, Any]:
+        """Each differentiable argument with its nodes as ``TreeState``s (other leaves
+        None), and ``out`` lowered, an argument node in it as a reference to that node
+        (its state, and so its cotangent, is the argument's)."""
         diff = tuple(a for i, a in enumerate(args) if i not in self.jax_nondiff)
-        return jax.tree.map(
+        nodes = [x for x in jax.tree.leaves(diff, is_leaf=extract.is_node_leaf)]
+        ids = {id(x): k for k, x in enumerate(nodes) if extract.is_node_leaf(x)}
+        out = jax.tree.map(
+            lambda x: _ArgRef(ids[id(x)]) if id(x) in ids else x,
+            out,
+            is_leaf=extract.is_node_leaf,
+        )
+        states = jax.tree.map(
             lambda x: extract.TreeState(*graphlib.split(x)) if extract.is_node_leaf(x) else None,
             diff,
             is_leaf=extract.is_node_leaf,
         )
+        return states, extract.lower_outputs(out)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = resolve_kwargs(self.fun, args, kwargs)
@@ -570,14 +580,12 @@ class GraphCustomVjp:
 
         def fun_pure(*pure_args: Any) -> Any:
             inner = self._rebuild(pure_args, treedef, graphdef, rest)
-            out = fun(*inner)
-            return self._outputs(inner), extract.lower_outputs(out)
+            return self._outputs(inner, fun(*inner))
 
         def fwd_pure(*pure_args: Any) -> Any:
             inner = self._rebuild(pure_args, treedef, graphdef, rest)
             out, residual = fwd(*inner)
-            outs = (self._outputs(inner), extract.lower_outputs(out))
-            return outs, extract.lower_outputs(residual)
+            return self._outputs(inner, out), extract.lower_outputs(residual)
 
         def bwd_pure(*all_args: Any) -> Any:
             *nondiff_args, residual, (args_g, out_g) = all_args
@@ -597,13 +605,31 @@ class GraphCustomVjp:
         args_out, out = custom(*pure_args)
         diff_args = tuple(a for i, a in enumerate(args) if i not in nondiff)
         originals = jax.tree.leaves(diff_args, is_leaf=extract.is_node_leaf)
-        originals = [x for x in originals if extract.is_node_leaf(x)]
-        results = jax.tree.leaves(args_out, is_leaf=lambda x: isinstance(x, extract.TreeState))
+        results = jax.tree.leaves(
+            args_out, is_leaf=lambda x: isinstance(x, extract.TreeState) or x is None
+        )
         for node, result in zip(originals, results):
-            fresh = graphlib.merge(result.graphdef, result.state)
-            origins = tuple((p, p) for p, _ in graphlib.iter_graph(fresh, graph=True))
-            extract.graft(fresh, node, origins)
-        return extract.raise_outputs(out)
+            if isinstance(result, extract.TreeState):
+                fresh = graphlib.merge(result.graphdef, result.state)
+                origins = tuple((p, p) for p, _ in graphlib.iter_graph(fresh, graph=True))
+                extract.graft(fresh, node, origins)
+        return jax.tree.map(
+            lambda x: originals[x.k] if isinstance(x, _ArgRef) else x,
+            extract.raise_outputs(out),
+            is_leaf=lambda x: isinstance(x, _ArgRef),
+        )
+
+
+class _ArgRef:
+    """In ``custom_vjp``'s output: the ``k``-th node of its differentiable arguments."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+
+jax.tree_util.register_pytree_node(_ArgRef, lambda r: ((), r.k), lambda k, _: _ArgRef(k))
 
 
 def _is_pure_node(x: Any) -> bool:

@@ -174,8 +174,6 @@ def test_custom_vjp_tree_mode() -> None:
     f.defvjp(fwd, bwd)
     g = nnx.grad(lambda m, x: f(m, x), graph=False)(Scale(), jnp.array(3.0))
     assert float(g.w[...]) == 300.0
-    with pytest.raises(NotImplementedError, match="graph_updates=True is not supported"):
-        nnx.custom_vjp(lambda x: x, graph=True, graph_updates=True)
 
 
 def test_eval_shape_checkify_make_jaxpr() -> None:
@@ -294,3 +292,45 @@ def test_cached_partial_feeds_jit_and_updates_the_originals() -> None:
     # Only a transform that takes the offered cache may be called through it.
     with pytest.raises(ValueError, match="no context consumed it"):
         nnx.cached_partial(lambda cached: cached, m)()
+
+
+def test_custom_vjp_graph_updates_matches_flax() -> None:
+    def run(lib: Any) -> tuple[Any, ...]:
+        class Foo(lib.Module):
+            def __init__(self) -> None:
+                self.x = lib.Param(jnp.array(1.0))
+                self.y = lib.Param(jnp.array(2.0))
+                self.calls = 0
+
+        @lib.custom_vjp(graph=True, graph_updates=True)
+        def f(m: Any, other: Any) -> Any:
+            m.calls += 1
+            return jnp.sin(m.x[...]) * m.y[...], other
+
+        def f_fwd(m: Any, other: Any) -> Any:
+            return f(m, other), (jnp.cos(m.x[...]), m)
+
+        def f_bwd(res: Any, g: Any) -> Any:
+            (m_g, other_g), (out_g, _) = g
+            cos_x, m = res
+            m_g["x"][...] = cos_x * out_g * m.y[...]
+            m_g["y"][...] = jnp.sin(m.x[...]) * out_g
+            return m_g, other_g
+
+        f.defvjp(f_fwd, f_bwd)
+        m, other = Foo(), Foo()
+
+        def loss(m: Any, other: Any) -> Any:
+            y, o = f(m, other)
+            return y + o.x[...] * o.y[...]
+
+        grads = lib.grad(loss, argnums=(0, 1), graph=True, graph_updates=True)(m, other)
+        return tuple(float(g[k][...]) for g in grads for k in ("x", "y")) + (m.calls,)
+
+    assert run(nnx) == pytest.approx(run(fnnx))
+    with pytest.raises(ValueError, match="argnum 0 is repeated in nondiff_argnums"):
+        nnx.custom_vjp(lambda m: m, nondiff_argnums=(0, nnx.DiffState(0, ...)))
+    g = nnx.custom_vjp(lambda m, s: s, nondiff_argnums=(0,))
+    g.defvjp(lambda m, s: (s, None), lambda m, res, g: (g,))
+    with pytest.raises(TypeError, match="Passing integers to nondiff_argnums for graph nodes"):
+        g(Scale(), jnp.array(1.0))
