@@ -16,7 +16,7 @@ mutable graph, so ``jax.value_and_grad`` is used on the slots directly.
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -521,7 +521,7 @@ class GraphCustomVjp:
         passed: list[dict[Any, Any]] = [{} for _ in nodes]
         rest: dict[Any, Any] = {}
         for path, var in to_flat_state(state):
-            k = path[0]
+            k = cast(int, path[0])
             spec = self.filters.get(flat[where[k]][0][0].idx, True)
             if spec is True or filterlib.to_predicate(spec)(path[1:], var):
                 passed[k][path[1:]] = var
@@ -577,6 +577,11 @@ class GraphCustomVjp:
         treedef, pure, graphdef, rest = self._split(args)
         pure_args = jax.tree_util.tree_unflatten(treedef, pure)
         fun, nondiff = self.fun, self.jax_nondiff
+        node_mask = jax.tree.map(
+            _is_pure_node,
+            tuple(a for i, a in enumerate(pure_args) if i not in nondiff),
+            is_leaf=_is_pure_node,
+        )
 
         def fun_pure(*pure_args: Any) -> Any:
             inner = self._rebuild(pure_args, treedef, graphdef, rest)
@@ -595,10 +600,13 @@ class GraphCustomVjp:
                 is_leaf=lambda x: isinstance(x, extract.TreeState),
             )
             tangent = bwd(*nondiff_args, extract.raise_outputs(residual), (args_g, out_g))
-            for x in jax.tree.leaves(tangent, is_leaf=_is_pure_node):
-                if not isinstance(x, (jax.Array, State, Variable)) and x is not None:
+
+            def check(is_node: bool, x: Any) -> Any:
+                if is_node and not isinstance(x, (jax.Array, State, Variable)):
                     raise ValueError(f"Expected State or Variable, got {type(x)}")
-            return tuple(tangent)
+                return x
+
+            return tuple(jax.tree.map(check, node_mask, tuple(tangent), is_leaf=_is_pure_node))
 
         custom = jax.custom_vjp(fun_pure, nondiff_argnums=nondiff)
         custom.defvjp(fwd_pure, bwd_pure, symbolic_zeros=self.symbolic_zeros)

@@ -325,7 +325,7 @@ def test_custom_vjp_graph_updates_matches_flax() -> None:
             return y + o.x[...] * o.y[...]
 
         grads = lib.grad(loss, argnums=(0, 1), graph=True, graph_updates=True)(m, other)
-        return tuple(float(g[k][...]) for g in grads for k in ("x", "y")) + (m.calls,)
+        return (*(float(g[k][...]) for g in grads for k in ("x", "y")), m.calls)
 
     assert run(nnx) == pytest.approx(run(fnnx))
     with pytest.raises(ValueError, match="argnum 0 is repeated in nondiff_argnums"):
@@ -334,3 +334,9 @@ def test_custom_vjp_graph_updates_matches_flax() -> None:
     g.defvjp(lambda m, s: (s, None), lambda m, res, g: (g,))
     with pytest.raises(TypeError, match="Passing integers to nondiff_argnums for graph nodes"):
         g(Scale(), jnp.array(1.0))
+    h = nnx.custom_vjp(lambda m: m.w[...], graph=True, graph_updates=True)
+    with pytest.raises(ValueError):  # Flax: a bare ValueError before defvjp
+        h(Scale())
+    h.defvjp(lambda m: (h(m), None), lambda res, g: ("not a state",))
+    with pytest.raises(ValueError, match="Expected State or Variable, got <class 'str'>"):
+        nnx.grad(h, graph=True, graph_updates=True)(Scale())
