@@ -2,9 +2,10 @@
 
 Code written against ``flax.nnx`` (Flax 0.12.8) runs after changing ``flax`` to
 ``adapters`` in its imports. NNX Variables are pytreemod Variables in the same collections,
-NNX filters are pytreemod's filter language, the layers' math is ``pytreemod.nn.functional``
-and NNX's transforms are pytreemod transforms plus the split/merge of the object graph.
-See docs/nnx.md.
+NNX filters are pytreemod filters (a string reads as a tag, as in Flax), and the layers'
+math is ``pytreemod.nn.functional``. NNX's transforms lift the object graph by its
+split/merge around a transform of its state; for now that transform is JAX's own
+(docs/nnx.md says where pytreemod's differ from Flax's semantics). See docs/nnx.md.
 
 The module layout is Flax's (``graphlib``, ``variablelib``, ``statelib``, ``rnglib``,
 ``nn.linear``...), so code that imports those submodules finds them here.
