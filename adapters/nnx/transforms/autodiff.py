@@ -15,6 +15,7 @@ mutable graph, so ``jax.value_and_grad`` is used on the slots directly.
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -450,17 +451,28 @@ class CustomVjp:
     ) -> None:
         graph, name = self.graph, "custom_vjp"
 
+        layouts: list[Any] = []  # per argument, set while fwd is traced (bwd follows)
+        wants_updates = _accepts_keyword(bwd, "updates_g")
+
         def fwd_pure(*pargs: Any) -> Any:
             args, raised = _raise_each(pargs, graph, name)
             out, residual = fwd(*args)
             changes = [r.lower_outputs(None)[0] for r in raised]
+            layouts[:] = [_update_layout(a, r) for a, r in zip(args, raised)]
             return (extract.lower_outputs(out), changes), extract.lower_outputs(residual)
 
         def bwd_pure(*all_args: Any) -> Any:
-            *nondiff_pargs, residual, (out_g, _) = all_args
+            *nondiff_pargs, residual, (out_g, changes_g) = all_args
             nondiff_args = [extract.raise_outputs(p) for p in nondiff_pargs]
+            kwargs = {}
+            if wants_updates:
+                updates_g = zip(layouts, changes_g)
+                kwargs["updates_g"] = tuple(_updates_cotangent(lay, u) for lay, u in updates_g)
             result = bwd(
-                *nondiff_args, extract.raise_outputs(residual), extract.raise_outputs(out_g)
+                *nondiff_args,
+                extract.raise_outputs(residual),
+                extract.raise_outputs(out_g),
+                **kwargs,
             )
             return tuple(
                 extract.lower(r, graph=graph, graph_updates=False, name=name)[0] for r in result
@@ -468,6 +480,54 @@ class CustomVjp:
 
         self.fwd, self.bwd = fwd, bwd
         self.custom.defvjp(fwd_pure, bwd_pure, symbolic_zeros=symbolic_zeros)
+
+
+def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _update_layout(arg: Any, raised: Any) -> tuple[Any, ...]:
+    """What ``custom_vjp``'s bwd needs to show an argument's update cotangents: its tree
+    structure, where its nodes are, their GraphDef and the Variables they held."""
+    flat, treedef = jax.tree_util.tree_flatten(arg, is_leaf=extract.is_node_leaf)
+    where = [i for i, x in enumerate(flat) if extract.is_node_leaf(x)]
+    return treedef, len(flat), where, raised.graphdef, raised.entry
+
+
+def _updates_cotangent(layout: tuple[Any, ...], updates: Any) -> Any:
+    """The argument shaped as it was, each Variable the function updated holding its
+    update's cotangent, every other leaf None (Flax's ``updates_g``)."""
+    treedef, n, where, graphdef, entry = layout
+    leaves: list[Any] = [None] * n
+    if graphdef is not None and where:
+        changed = dict(zip(updates.indices, updates.values))
+        flat = {
+            p: v.replace(changed[j]) if j in changed and isinstance(v, Variable) else None
+            for j, (p, v) in enumerate(entry)
+        }
+        nodes = list(graphlib.merge(graphdef, State.from_flat_path(flat)))
+        for path, value in flat.items():
+            if value is None:
+                _clear_path(nodes, path)
+        for k, i in enumerate(where):
+            leaves[i] = nodes[k]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _clear_path(root: Any, path: tuple[Any, ...]) -> None:
+    """Put None at ``path`` under ``root`` (an attribute, list item or dict entry)."""
+    parent = root
+    for key in path[:-1]:
+        parent = parent[key] if isinstance(parent, (list, dict)) else getattr(parent, key)
+    key = path[-1]
+    if isinstance(parent, (list, dict)):
+        parent[key] = None
+    else:
+        setattr(parent, key, None)
 
 
 class GraphCustomVjp:

@@ -340,3 +340,38 @@ def test_custom_vjp_graph_updates_matches_flax() -> None:
     h.defvjp(lambda m: (h(m), None), lambda res, g: ("not a state",))
     with pytest.raises(ValueError, match="Expected State or Variable, got <class 'str'>"):
         nnx.grad(h, graph=True, graph_updates=True)(Scale())
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_custom_vjp_updates_cotangents_as_in_flax(graph: bool) -> None:
+    def run(lib: Any) -> tuple[Any, ...]:
+        seen: list[Any] = []
+
+        class Foo(lib.Module):
+            def __init__(self) -> None:
+                self.x = lib.Param(jnp.array(1.0))
+                self.n = lib.BatchStat(jnp.array(0.0))
+
+        @lib.custom_vjp(graph=graph, graph_updates=False)
+        def f(m: Any) -> Any:
+            m.n[...] += 1.0
+            return jnp.sin(m.x[...])
+
+        def f_fwd(m: Any) -> Any:
+            return f(m), (jnp.cos(m.x[...]), m)
+
+        def f_bwd(res: Any, g: Any, updates_g: Any) -> Any:
+            (m_up,) = updates_g
+            seen.append((m_up.x is None, type(m_up.n).__name__))
+            m_g = lib.clone(res[1])
+            m_g.x[...] = res[0] * g
+            return (m_g,)
+
+        f.defvjp(f_fwd, f_bwd)
+        m = Foo()
+        params, rest = lib.split(m, lib.Param, ...)[1:]
+        graphdef = lib.graphdef(m)
+        grad = lib.grad(lambda p, r: f(lib.merge(graphdef, p, r)), graph=graph)(params, rest)
+        return seen[0], float(grad["x"][...])
+
+    assert run(nnx) == run(fnnx)
