@@ -707,7 +707,7 @@ def _is_pure_node(x: Any) -> bool:
 def custom_vjp(
     fun: Any = extract.Missing,
     *,
-    nondiff_argnums: tuple[int, ...] = (),
+    nondiff_argnums: tuple[int | DiffState, ...] = (),
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Any:
@@ -722,4 +722,4 @@ def custom_vjp(
     check_prefix(nondiff_argnums, "nondiff_argnums", "custom_vjp", graph, updates)
     if graph and updates:
         return GraphCustomVjp(fun, tuple(nondiff_argnums))
-    return CustomVjp(fun, tuple(nondiff_argnums), graph)
+    return CustomVjp(fun, cast(tuple[int, ...], tuple(nondiff_argnums)), graph)

@@ -270,7 +270,7 @@ def test_error_messages_of_the_graph_api():
     with pytest.raises(ValueError, match="Expected GraphState object"):
         nnx.merge(nnx.unpack(lin), state)
     with pytest.raises(ValueError, match="Expected a State object, got dict"):
-        nnx.GraphState(graphdef, {})
+        nnx.GraphState(graphdef, {})  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="Expected exactly one non-empty state"):
         nnx.update(lin.kernel, nnx.State({}), nnx.State({}))
     with pytest.raises(ValueError, match="Expected a subgraph for 'kernel'"):

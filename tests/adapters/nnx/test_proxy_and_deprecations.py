@@ -7,6 +7,7 @@ import pytest
 
 from adapters import nnx
 from adapters.nnx.deprecations import deprecated
+from adapters.nnx.nn import recurrent
 from adapters.nnx.proxy_caller import CallableProxy, DelayedAccessor, GetAttr, GetItem
 
 
@@ -48,4 +49,4 @@ def test_deprecated_alias_warns_and_delegates():
 
 
 def test_bidirectional_is_exported_at_the_top_level():
-    assert nnx.Bidirectional is nnx.nn.recurrent.Bidirectional
+    assert nnx.Bidirectional is recurrent.Bidirectional
