@@ -44,7 +44,7 @@ def _weights(
     dtype = query.dtype
     depth = query.shape[-1]
     query = query / jnp.sqrt(jnp.asarray(depth, dtype))
-    groups = _head_groups(query, key, "key")
+    groups = _head_groups(query.shape[-2], key, "key")
     if groups == 1:
         weights = hooks.qk("...qhd,...khd->...hqk", query, key)
     else:  # grouped-query attention: each key head serves `groups` query heads
@@ -84,9 +84,10 @@ def _weights(
     return weights
 
 
-def _head_groups(query: Any, other: Any, name: str) -> int:
-    """How many query heads share each head of ``other`` (1 unless grouped-query)."""
-    q_heads, heads = query.shape[-2], other.shape[-2]
+def _head_groups(q_heads: int, other: Any, name: str) -> int:
+    """How many of the ``q_heads`` query heads share each head of ``other`` (1 unless
+    grouped-query); read from shapes only, so it adds no operation to the trace."""
+    heads = other.shape[-2]
     if q_heads % heads:
         fail(
             "dot_product_attention",
@@ -97,7 +98,7 @@ def _head_groups(query: Any, other: Any, name: str) -> int:
 
 
 def _weighted_values(hooks: "_Hooks", weights: Any, value: Any) -> Any:
-    groups = _head_groups(weights.swapaxes(-3, -2), value, "value")
+    groups = _head_groups(weights.shape[-3], value, "value")
     if groups == 1:
         return hooks.av("...hqk,...khd->...qhd", weights, value)
     heads = value.shape[-2]
