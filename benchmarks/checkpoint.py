@@ -11,13 +11,21 @@ would do), writing to and reading from the same folder. Rounds are interleaved a
 median of each is reported; loads read files the preceding save left in the page cache
 (``os.sync()``, untimed, before every save and load keeps write-back out of the timings).
 
-Run: ``python -m benchmarks.checkpoint [--rounds N] [--layers L]`` (prints Markdown).
+Then, each in processes of their own, the peak host memory of loads
+(``benchmarks.checkpoint_memory``: ``pm.load`` against safetensors and Orbax) and a
+checkpoint directory of a sharded model against plain Orbax
+(``benchmarks.checkpoint_sharded``); ``--only-speed`` skips both.
+
+Run: ``python -m benchmarks.checkpoint [--rounds N] [--layers L] [--only-speed]`` (prints
+Markdown).
 """
 
 import argparse
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -192,6 +200,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Save/load speed of a 100M-parameter model.")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--layers", type=int, default=96, help="Linear(1024, 1024) layers")
+    parser.add_argument(
+        "--only-speed", action="store_true", help="skip the memory and sharded measures"
+    )
     args = parser.parse_args()
     model = pm.jit(Stack)(args.layers, key=jax.random.key(0))
     n = sum(x.size for x in jax.tree.leaves(model))
@@ -250,5 +261,18 @@ def main() -> None:
     )
 
 
+def other_measures() -> None:
+    """The peak memory of loads and the sharded checkpoint directory, each measured in
+    processes of its own (``benchmarks.checkpoint_memory``, ``.checkpoint_sharded``)."""
+    for module in ("benchmarks.checkpoint_memory", "benchmarks.checkpoint_sharded"):
+        run = subprocess.run(
+            [sys.executable, "-m", module], capture_output=True, text=True, check=True
+        )
+        print()
+        print(run.stdout.strip())
+
+
 if __name__ == "__main__":
     main()
+    if "--only-speed" not in sys.argv:
+        other_measures()

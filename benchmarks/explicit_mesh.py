@@ -4,7 +4,7 @@ simulated CPU devices, three ways:
 - **pytreemod, Explicit mesh**: ``pm.nn`` layers whose parameters carry logical names
   (heads and MLP over ``model``, ``embed`` over ``data``, norm scales over both), rules
   mapping them onto the mesh, JAX's default mesh (Explicit axes); the model code has no
-  ``out_sharding`` and no ``reshard``: the ops derive them (pytreemod/_sharding_rules.py);
+  ``out_sharding`` and no ``reshard``: the ops derive them (pytreemod/_sharding/_policy.py);
 - **raw JAX, Explicit mesh**: the same math on a dict of arrays with the same shardings,
   every ``reshard`` (the FSDP gathers of the kernels, the norm scales) and every
   ``out_sharding=`` of the einsums placed by hand, as a JAX user writes it;

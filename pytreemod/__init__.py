@@ -52,13 +52,11 @@ from ._jit import filter_jit as filter_jit
 from ._jit import jit as jit
 from ._meta import PARTITION_NAME as PARTITION_NAME
 from ._meta import AxisMetadata as AxisMetadata
-from ._meta import Partitioned as Partitioned
 from ._meta import add_axis as add_axis
 from ._meta import is_box as is_box
 from ._meta import map_boxes as map_boxes
 from ._meta import remove_axis as remove_axis
 from ._meta import unbox as unbox
-from ._meta import with_partitioning as with_partitioning
 from ._module import BoundMethod as BoundMethod
 from ._module import Module as Module
 from ._module import field as field
@@ -75,6 +73,7 @@ from ._partition import to_variables as to_variables
 from ._repr import tree_pformat as tree_pformat
 from ._state import apply as apply
 from ._state import is_mutable as is_mutable
+from ._tree import apply_updates as apply_updates
 from ._tree import format_path as format_path
 from ._tree import is_array as is_array
 from ._tree import is_inexact_array as is_inexact_array
@@ -96,7 +95,10 @@ _LAZY: dict[str, str] = {
     "load": "._checkpoint",
     "checkpoint_keys": "._checkpoint",
     "save": "._checkpoint",
-    "abstract": "._checkpoint_sharded",
+    "save_async": "._checkpoint",
+    "PendingSave": "._checkpoint_async",
+    "CheckpointManager": "._checkpoint_manager",
+    "abstract": "._sharding",
     "tabulate": "._tabulate",
     "trace_once": "._trace_cache",
     "disable_trace_once": "._trace_cache",
@@ -104,6 +106,8 @@ _LAZY: dict[str, str] = {
     # Transforms and sharding: a program that never calls them never imports them.
     "LogicalRules": "._sharding",
     "LogicallyPartitioned": "._sharding",
+    "Partitioned": "._sharding",
+    "sharding": ".sharding",
     "MeshAxes": "._sharding",
     "RulesFallback": "._sharding",
     "get_logical_axis_rules": "._sharding",
@@ -118,6 +122,7 @@ _LAZY: dict[str, str] = {
     "shard": "._sharding",
     "with_logical_constraint": "._sharding",
     "with_logical_partitioning": "._sharding",
+    "with_partitioning": "._sharding",
     "DiffState": "._transforms_autodiff",
     "grad": "._transforms_autodiff",
     "value_and_grad": "._transforms_autodiff",
@@ -135,14 +140,19 @@ _LAZY: dict[str, str] = {
 
 if _typing.TYPE_CHECKING:
     from . import nn as nn
+    from . import sharding as sharding
     from ._checkpoint import checkpoint_keys as checkpoint_keys
     from ._checkpoint import load as load
     from ._checkpoint import save as save
-    from ._checkpoint_sharded import abstract as abstract
+    from ._checkpoint import save_async as save_async
+    from ._checkpoint_async import PendingSave as PendingSave
+    from ._checkpoint_manager import CheckpointManager as CheckpointManager
     from ._sharding import LogicallyPartitioned as LogicallyPartitioned
     from ._sharding import LogicalRules as LogicalRules
     from ._sharding import MeshAxes as MeshAxes
+    from ._sharding import Partitioned as Partitioned
     from ._sharding import RulesFallback as RulesFallback
+    from ._sharding import abstract as abstract
     from ._sharding import get_logical_axis_rules as get_logical_axis_rules
     from ._sharding import get_partition_spec as get_partition_spec
     from ._sharding import get_sharding as get_sharding
@@ -155,6 +165,7 @@ if _typing.TYPE_CHECKING:
     from ._sharding import shard as shard
     from ._sharding import with_logical_constraint as with_logical_constraint
     from ._sharding import with_logical_partitioning as with_logical_partitioning
+    from ._sharding import with_partitioning as with_partitioning
     from ._tabulate import tabulate as tabulate
     from ._trace_cache import disable_trace_once as disable_trace_once
     from ._trace_cache import trace_once as trace_once

@@ -14,130 +14,36 @@ safetensors file (no pytreemod metadata) is read as one whose tensors are named 
 ``save`` names them, with no checksums, boxes or collections (``_raw_header``).
 """
 
-import contextlib
-import functools
 import os
-import secrets
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
-import safetensors
 
+from . import _checkpoint_async as asave
+from . import _checkpoint_atomic as atomic
+from . import _checkpoint_dir as cdir
 from . import _checkpoint_file as cfile
 from . import _checkpoint_format as fmt
+from . import _checkpoint_read as cread
+from . import _checkpoint_tree as ctree
+from ._checkpoint_async import PendingSave
 from ._checkpoint_orbax import load_orbax
 from ._errors import CheckpointError, CheckpointFormatError, CheckpointMismatchError
-from ._filters import Everything, FilterLike, check_collections, to_filter
-from ._meta import AxisMetadata
-from ._module import fields
-from ._partition import Structure, _build, _split
-from ._tree import format_path, is_array
-from ._variables import Variable
+from ._filters import FilterLike, check_collections, to_filter
+from ._partition import Structure, _split
+from ._tree import format_path
 
 T = TypeVar("T")
 PathLike = str | os.PathLike[str]
 
 
-def _is_key(dtype: Any) -> bool:
-    return jnp.issubdtype(dtype, jax.dtypes.prng_key)
-
-
-def _peel(value: Any) -> tuple[list[AxisMetadata], Any]:
-    """The boxes around a slot's value (outermost first) and the leaf inside them."""
-    boxes: list[AxisMetadata] = []
-    if isinstance(value, Variable):
-        value = value.value
-    while isinstance(value, AxisMetadata):
-        boxes.append(value)
-        value = value.value
-    return boxes, value
-
-
-def _type_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _box_record(box: AxisMetadata, where: str) -> fmt.BoxRecord:
-    out: dict[str, Any] = {}
-    for f in fields(box):
-        if f.name == "value":
-            continue
-        value = getattr(box, f.name)
-        if is_array(value):
-            raise CheckpointError(
-                f"Cannot save {where}: its {type(box).__name__} box holds an array in field "
-                f"{f.name!r}; only the box's value may be an array."
-            )
-        out[f.name] = fmt.encode_field(value)
-    return fmt.BoxRecord(_type_name(type(box)), out)
-
-
-def _keys(structure: Structure, file: str) -> list[str]:
-    """The tensor name of every slot; paths that cannot be named are a CheckpointError."""
-    keys: list[str] = []
-    seen: dict[str, int] = {}
-    for slot, path in enumerate(structure.paths):
-        bad = [k for k in path if not isinstance(k, (str, int))]
-        if bad:
-            raise CheckpointError(
-                f"{file!r}: {format_path(path)} has the key {bad[0]!r} of type "
-                f"{type(bad[0]).__name__}; checkpoints name tensors by paths of string and "
-                "integer keys only."
-            )
-        key = fmt.tensor_key(path)
-        if key in seen:
-            raise CheckpointError(
-                f"{file!r}: the paths {format_path(structure.paths[seen[key]])} and "
-                f"{format_path(path)} both map to the tensor name {key!r}; rename one of the "
-                "keys."
-            )
-        seen[key] = slot
-        keys.append(key)
-    return keys
-
-
-def _plain(structure: Structure, slot: int) -> tuple[str | int, ...]:
-    return cast(tuple[str | int, ...], structure.paths[slot])  # checked by _keys
-
-
-_SCALARS = (bool, int, float, complex)  # a Variable may hold a Python number
-
-
-def _to_numpy(leaf: Any, where: str) -> np.ndarray:
-    if type(leaf) in _SCALARS:
-        data = np.asarray(leaf)
-        if data.dtype.hasobject:  # an int beyond 64 bits
-            raise CheckpointError(f"Cannot save {where}: {leaf} does not fit in 64 bits.")
-        return data
-    if isinstance(leaf, jax.core.Tracer) or isinstance(leaf, jax.ShapeDtypeStruct):
-        raise CheckpointError(
-            f"Cannot save {where}: it is {type(leaf).__name__}, not a concrete array (an "
-            "eval_shape skeleton or a value traced inside jit has no data). Save the real "
-            "model, outside transformed functions."
-        )
-    if not is_array(leaf):
-        raise CheckpointError(
-            f"Cannot save {where}: the Variable holds a {type(leaf).__name__}; a saved "
-            "Variable holds one array (or a number), possibly in axis-metadata boxes. Put "
-            "each array in its own Variable."
-        )
-    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
-        raise CheckpointError(
-            f"Cannot save {where}: the array is split over several processes. Write it "
-            "with Orbax (see docs/checkpoints.md), which saves each process's shards."
-        )
-    data = np.asarray(leaf)
-    if data.dtype.byteorder == ">":  # the file is little-endian, raw bytes included
-        data = data.astype(data.dtype.newbyteorder("<"))
-    return data if data.flags.c_contiguous else data.copy(order="C")
-
-
-def save(path: PathLike, tree: Any, *, sync: bool = True) -> None:
-    """Write ``tree`` (a model or any PyTree of arrays) to one safetensors file.
+def save(path: PathLike, tree: Any, *, sync: bool = True, directory: bool | None = None) -> None:
+    """Write ``tree`` (a model or any PyTree of arrays) to one safetensors file, or to a
+    checkpoint directory when its arrays are split over processes.
 
     Tensors are named by path (``blocks.3.mlp.kernel``); the header records each value's
     collection, Variable type, axis-metadata boxes, dtype (bfloat16, float8 and int4
@@ -154,6 +60,19 @@ def save(path: PathLike, tree: Any, *, sync: bool = True) -> None:
     ``save_file`` does), which is faster when many checkpoints are written and losing
     the latest on a power cut is acceptable.
 
+    ``directory``: ``None`` (default) writes a checkpoint directory when an array is
+    split over processes (no process holds all of it) or ``path`` already is one, and a
+    file otherwise; ``True`` always writes a directory (every process writes its own
+    shards in parallel with Orbax, nothing is gathered on one host: the choice for a
+    model sharded over many devices); ``False`` always a file. Every process of a
+    multi-process program calls ``save`` with the same arguments. A directory holds the
+    same header entries and a checksum of every shard file, and ``load`` verifies them
+    all (docs/checkpoints.md).
+
+    Errors of the operating system (a missing or read-only folder, a full disk) are a
+    ``CheckpointError`` naming ``path``; nothing partial is left behind. Temporaries
+    that earlier saves to ``path`` left when they were killed are removed.
+
     >>> import tempfile, os, jax.numpy as jnp
     >>> import pytreemod as pm
     >>> model = {"w": pm.Param(jnp.ones(3)), "mean": pm.BatchStat(jnp.zeros(3))}
@@ -162,47 +81,49 @@ def save(path: PathLike, tree: Any, *, sync: bool = True) -> None:
     >>> pm.load(path, model)["w"]
     Param(f32[3])
     """
+    start_save(os.fspath(path), tree, sync=sync, directory=directory, background=False)()
+
+
+def save_async(
+    path: PathLike, tree: Any, *, sync: bool = True, directory: bool | None = None
+) -> PendingSave:
+    """``save`` in the background: returns once the arrays are copied off the devices,
+    while the checkpoint is written, hashed and committed in a thread.
+
+    Training can go on at once (it may even donate the saved arrays). The returned
+    ``PendingSave`` has ``wait()`` (blocks until the checkpoint is complete, and raises
+    the save's error if it failed) and ``done()``, and waits on exit when used as a
+    context manager. Until it is complete, the previous checkpoint at ``path`` is the one
+    ``load`` reads (a ``load`` or ``save`` of ``path`` in this process waits for it); a
+    crash meanwhile leaves that one. The program waits for pending saves before it exits.
+    Arguments as for ``save``; errors found before the write starts (what cannot be
+    saved, a missing folder) are raised here.
+    """
     path = os.fspath(path)
-    structure, values = _split(tree)
-    where = lambda slot: f"{format_path(structure.paths[slot])} in {path!r}"
-    keys = _keys(structure, path)
-    tensors: dict[str, np.ndarray] = {}
-    entries: dict[str, fmt.Entry] = {}
-    aliases: dict[str, fmt.Alias] = {}
-    for slot, value in enumerate(values):
-        first = structure.alias[slot]
-        if first is not None:
-            aliases[keys[slot]] = fmt.Alias(keys[slot], _plain(structure, slot), keys[first])
-            continue
-        boxes, leaf = _peel(value)
-        key_impl = None
-        dtype = getattr(leaf, "dtype", None)
-        if is_array(leaf) and dtype is not None and _is_key(dtype):
-            key_impl = str(jax.random.key_impl(leaf))
-            data = _to_numpy(jax.random.key_data(leaf), where(slot))
-            encoding = "key"
-        else:
-            data = _to_numpy(leaf, where(slot))
-            if data.dtype.name not in fmt.DTYPES:
-                raise CheckpointError(
-                    f"Cannot save {where(slot)}: dtype {data.dtype} is not an array dtype "
-                    "JAX supports."
-                )
-            encoding = "native" if data.dtype.name in fmt.NATIVE else "bytes"
-        vtype = structure.types[slot]
-        entries[keys[slot]] = fmt.Entry(
-            key=keys[slot],
-            path=_plain(structure, slot),
-            collection=structure.collection(slot),
-            variable=vtype.__name__ if vtype is not None else None,
-            dtype=str(dtype) if key_impl else data.dtype.name,
-            shape=tuple(data.shape) if key_impl is None else tuple(leaf.shape),
-            encoding=encoding,
-            key_impl=key_impl,
-            boxes=tuple(_box_record(b, where(slot)) for b in boxes),
-        )
-        tensors[keys[slot]] = data if encoding != "bytes" else data.reshape(-1).view(np.uint8)
-    header = fmt.Header(entries, aliases)
+    return asave.start(
+        path, start_save(path, tree, sync=sync, directory=directory, background=True)
+    )
+
+
+def start_save(
+    path: str, tree: Any, *, sync: bool, directory: bool | None, background: bool
+) -> Callable[[], None]:
+    """Check ``tree``, copy its data off the devices and return what writes it."""
+    asave.wait_for(path)
+    atomic.check_folder(path)
+    if directory is None:
+        directory = ctree.split_over_processes(tree) or cdir.is_checkpoint_dir(path)
+    if directory:
+        header, arrays = ctree.describe(tree, path, host=False)
+        return cdir.save_dir(path, header, arrays, background=background)
+    header, tensors = ctree.describe(tree, path, host=True)
+    return lambda: write_file(path, header, tensors, sync=sync)
+
+
+def write_file(
+    path: str, header: fmt.Header, tensors: dict[str, np.ndarray], *, sync: bool
+) -> None:
+    """Write a checkpoint file of ``header`` and ``tensors`` atomically."""
     _atomic_write(path, tensors, header.to_metadata, sync)
 
 
@@ -221,7 +142,7 @@ def checkpoint_keys(tree: Any) -> list[str]:
     ['dec', 'enc.1']
     """
     structure, _ = _split(tree)
-    keys = _keys(structure, "checkpoint_keys(tree)")
+    keys = ctree.tensor_keys(structure, "checkpoint_keys(tree)")
     return [k for k, alias in zip(keys, structure.alias) if alias is None]
 
 
@@ -231,29 +152,10 @@ def _atomic_write(
     metadata_of: Callable[[Mapping[str, str]], dict[str, str]],
     sync: bool,
 ) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    # A fresh name (64 random bits), not a file made in advance: safetensors truncating an
-    # existing file makes ext4 (auto_da_alloc) flush it on close, which cost 2.6x the
-    # write of a 400 MB model without sync.
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
-    try:
-        cfile.write(tmp, tensors, metadata_of)  # hashes each tensor as it writes it
-        if sync:
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if not sync:
-        return
-    with contextlib.suppress(OSError):  # make the rename durable where the OS allows it
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    # A fresh name, not a file made in advance: safetensors truncating an existing file
+    # makes ext4 (auto_da_alloc) flush it on close, which cost 2.6x the write of a 400 MB
+    # model without sync. Strays of killed saves to ``path`` are removed first.
+    atomic.replace(path, lambda tmp: cfile.write(tmp, tensors, metadata_of), sync=sync)
 
 
 # ---------------------------------------------------------------------------- load
@@ -296,9 +198,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
     a bare array (not in a Variable) matches an entry of any collection.
     """
     path = os.fspath(path)
-    if os.path.isdir(path):
+    asave.wait_for(path)
+    if os.path.isdir(path) and not cdir.is_checkpoint_dir(path):
         return load_orbax(path, like)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CheckpointError(f"{path!r}: no such checkpoint file.")
     structure, values = _split(like)
     pred = to_filter(filter)
@@ -307,30 +210,62 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
         "load(filter=...)",
         lambda: (structure.collection(i) for i in range(len(structure.paths))),
     )
-    keys = _keys(structure, path)
+    if os.path.isdir(path):
+        return _load_dir(path, structure, values, pred)
+    keys = ctree.tensor_keys(structure, path)
     header, raw, loaded, ties = _read_file(path, structure, values, keys, pred)
-    if ties:
-        alias = tuple(ties.get(i, a) for i, a in enumerate(structure.alias))
-        structure = Structure(
-            structure.treedef, structure.leaves, structure.paths, structure.types, alias
+    return ctree.assemble(path, structure, values, keys, header, loaded, ties, raw=raw)
+
+
+def _load_dir(path: str, structure: Structure, values: list[Any], pred: Any) -> Any:
+    """Load a checkpoint directory: manifest checked against ``like``, every file's
+    checksum verified, then the arrays restored by Orbax into ``like``'s shardings."""
+    keys = ctree.tensor_keys(structure, path)
+    manifest = cdir.Manifest(path)
+    header = manifest.header
+    selected, ties = ctree.check(path, structure, values, keys, header, pred)
+    leaves = {slot: ctree.peel(values[slot])[1] for slot in selected}
+    targets = {keys[s]: _dir_target(header.entries[keys[s]], leaves[s]) for s in selected}
+    manifest.verify(targets)
+    arrays = cdir.restore(manifest, targets)
+    loaded = {
+        slot: _dir_value(path, header.entries[keys[slot]], arrays[keys[slot]], leaves[slot])
+        for slot in selected
+    }
+    return ctree.assemble(path, structure, values, keys, header, loaded, ties, raw=False)
+
+
+def _dir_target(entry: fmt.Entry, leaf: Any) -> jax.ShapeDtypeStruct:
+    """What Orbax restores an entry as: its stored shape and dtype in ``leaf``'s sharding
+    (a key's data gets one more, unsharded, axis), or on this process's first device."""
+    sharding = ctree.concrete_sharding(leaf)
+    if sharding is None:
+        sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    if entry.encoding != "key":
+        return jax.ShapeDtypeStruct(entry.shape, fmt.DTYPES[entry.dtype], sharding=sharding)
+    width = cdir.key_width(entry.key_impl)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        spec = jax.sharding.PartitionSpec(
+            *sharding.spec, *[None] * (len(entry.shape) + 1 - len(sharding.spec))
         )
-    out: list[Any] = []
-    for slot, value in enumerate(values):
-        if structure.alias[slot] is not None:
-            out.append(None)
-        elif slot in loaded:
-            boxes, _ = _peel(value)
-            if raw:  # no records: like's boxes, around the loaded value
-                out.append(
-                    functools.reduce(lambda v, b: b.replace_boxed(v), boxes[::-1], loaded[slot])
-                )
-                continue
-            records = header.entries[keys[slot]].boxes
-            where = format_path(structure.paths[slot])
-            out.append(_rebox(path, where, records, boxes, loaded[slot]))
-        else:
-            out.append(value.value if isinstance(value, Variable) else value)
-    return _build(structure, out)
+        sharding = jax.sharding.NamedSharding(sharding.mesh, spec)
+    return jax.ShapeDtypeStruct((*entry.shape, width), np.dtype(np.uint32), sharding=sharding)
+
+
+def _dir_value(path: str, entry: fmt.Entry, array: jax.Array, leaf: Any) -> Any:
+    """A restored array as ``like``'s leaf has it: a PRNG key rebuilt from its data, a
+    host array or Python number for a leaf that is one."""
+    if entry.encoding == "key":
+        try:
+            array = jax.random.wrap_key_data(array, impl=entry.key_impl)
+        except (ValueError, TypeError) as e:
+            raise CheckpointFormatError(
+                f"{path!r}: entry {entry.key!r}: PRNG key implementation "
+                f"{entry.key_impl!r} cannot rebuild the stored key data ({e})."
+            ) from None
+    if isinstance(leaf, np.ndarray | np.generic) or type(leaf) in ctree.SCALARS:
+        return ctree.place(np.asarray(array), leaf)
+    return array
 
 
 def _read_file(
@@ -340,19 +275,20 @@ def _read_file(
     loaded, ties)``, where ``raw`` says the file has no pytreemod metadata, ``loaded`` maps
     slots to placed arrays and ``ties`` the slots the file ties to an earlier one."""
     try:
-        with safetensors.safe_open(path, framework="np") as f:
-            names = list(f.keys())
-            shapes = {n: _slice_info(f, n) for n in names}
-            metadata = f.metadata()
+        with cread.Reader(path) as f:
+            shapes = f.tensors
+            metadata = f.metadata
             raw = fmt.is_raw(metadata)
             if raw:
                 header = _raw_header(path, structure, keys, shapes)
             else:
                 checked = metadata is not None and cfile.verify_header(path, metadata)
                 header = fmt.parse_header(metadata, shapes, path, header_checked=checked)
-            selected, ties = _check(path, structure, values, keys, header, pred, raw=raw)
-            loaded = {  # placed one by one: one host copy at a time
-                slot: _place(_read(f, path, header.entries[keys[slot]]), _peel(values[slot])[1])
+            selected, ties = ctree.check(path, structure, values, keys, header, pred, raw=raw)
+            loaded = {  # read and placed one by one: one host copy at a time
+                slot: ctree.place(
+                    _read(f, path, header.entries[keys[slot]]), ctree.peel(values[slot])[1]
+                )
                 for slot in selected
             }
     except (CheckpointError, jax.errors.JaxRuntimeError):
@@ -399,149 +335,20 @@ def _raw_header(
                 f"tensor {keys[slot]!r} of its own. pytreemod stores a tied Variable once, "
                 f"under {keys[first]!r}; remove the tensor {keys[slot]!r} from the file."
             )
-        aliases[keys[slot]] = fmt.Alias(keys[slot], _plain(structure, slot), keys[first])
+        aliases[keys[slot]] = fmt.Alias(keys[slot], ctree.plain_path(structure, slot), keys[first])
     return fmt.Header(entries, aliases)
 
 
-def _slice_info(f: Any, name: str) -> tuple[str, tuple[int, ...]]:
-    s = f.get_slice(name)
-    return str(s.get_dtype()), tuple(s.get_shape())
-
-
-def _dtype_name(leaf: Any) -> str | None:
-    if type(leaf) in _SCALARS:
-        return np.asarray(leaf).dtype.name
-    dtype = getattr(leaf, "dtype", None)
-    if dtype is None or not hasattr(leaf, "shape"):
-        return None
-    return str(dtype) if _is_key(dtype) else np.dtype(dtype).name
-
-
-def _describe(dtype: Any, shape: tuple[int, ...]) -> str:
-    return f"{dtype}{list(shape)}"
-
-
-def _check(
-    path: str,
-    structure: Structure,
-    values: list[Any],
-    keys: list[str],
-    header: fmt.Header,
-    pred: Any,
-    *,
-    raw: bool = False,
-) -> tuple[list[int], dict[int, int]]:
-    """Every difference between the file and ``like``. Returns the slots to read, and the
-    slots the file ties to another slot where ``like`` has separate Variables (as in a
-    skeleton from ``jax.eval_shape``, which does not keep ties): they are tied again."""
-    problems: list[str] = []
-    selected: list[int] = []
-    used: set[str] = set()
-    ties: dict[int, int] = {}
-    everything = isinstance(pred, Everything)
-    unnamed = False  # a path missing in the file, or a tensor with no place
-    slot_of = {keys[s]: s for s in range(len(keys)) if structure.alias[s] is None}
-    for slot, value in enumerate(values):
-        key = keys[slot]
-        first = structure.alias[slot]
-        at = format_path(structure.paths[slot])
-        if first is not None:
-            if not (everything or pred(structure.paths[first], values[first])):
-                continue
-            used.add(key)
-            alias = header.aliases.get(key)
-            if alias is None or alias.of != keys[first]:
-                problems.append(
-                    f"{at} shares the Variable of {format_path(structure.paths[first])} in "
-                    "the model, but not in the file"
-                )
-            continue
-        if not (everything or pred(structure.paths[slot], value)):
-            continue
-        used.add(key)
-        alias = header.aliases.get(key)
-        entry = header.entries.get(alias.of if alias is not None else key)
-        if entry is None:
-            problems.append(
-                f"{at} is missing in the file (collection {structure.collection(slot)!r})"
-            )
-            unnamed = True
-            continue
-        if alias is not None:
-            target = slot_of.get(alias.of)
-            if (
-                target is None
-                or type(values[target]) is not type(value)
-                or structure.types[slot] is None
-            ):
-                problems.append(
-                    f"{at} shares the Variable of {alias.of!r} in the file, but the model has "
-                    "no Variable of the same type there to share"
-                )
-                continue
-            ties[slot] = target
-        problem = _difference(structure, slot, value, entry)
-        if problem:
-            problems.append(f"{at}{problem}")
-        if alias is None:
-            selected.append(slot)
-    selected_set = set(selected)
-    for slot, target in ties.items():
-        if target not in selected_set:
-            problems.append(
-                f"{format_path(structure.paths[slot])} shares the Variable of "
-                f"{format_path(structure.paths[target])} in the file, which filter= leaves out"
-            )
-    if everything:
-        extra = sorted(set(header.entries) - used) + sorted(set(header.aliases) - used)
-        problems += [f"the file's entry {k!r} has no place in the model" for k in extra]
-        unnamed = unnamed or bool(extra)
-    if problems:
-        shown = "; ".join(problems[:6])
-        more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
-        hint = ""
-        if raw and unnamed and slot_of:
-            hint = (
-                " It is a plain safetensors file (no pytreemod header): its tensors must "
-                f"have the names pm.save gives them (such as {next(iter(slot_of))!r}; "
-                "pm.checkpoint_keys(model) lists them all)."
-            )
-        raise CheckpointMismatchError(
-            f"{path!r} does not fit the model: {shown}{more}. Load into a model built with "
-            f"the saved configuration, or select a subset with filter=.{hint}"
-        )
-    return selected, ties
-
-
-def _difference(structure: Structure, slot: int, value: Any, entry: fmt.Entry) -> str:
-    """How the file's entry differs from ``like``'s value at ``slot`` ('' if it fits)."""
-    _, leaf = _peel(value)
-    want = _dtype_name(leaf)
-    want_shape = () if type(leaf) in _SCALARS else tuple(getattr(leaf, "shape", ()))
-    if want is None:
-        return f" is {type(leaf).__name__} in the model, not an array"
-    if entry.shape != want_shape or entry.dtype != want:
-        return (
-            f": the file has {_describe(entry.dtype, entry.shape)}, the model has "
-            f"{_describe(want, want_shape)}"
-        )
-    # A bare array has no collection of its own: only two Variables' collections compare.
-    if entry.variable is not None and structure.types[slot] is not None:
-        if entry.collection != structure.collection(slot):
-            return (
-                f" is in collection {entry.collection!r} in the file but "
-                f"{structure.collection(slot)!r} in the model"
-            )
-    return ""
-
-
-def _read(f: Any, path: str, entry: fmt.Entry) -> Any:
-    data = f.get_tensor(entry.key)
-    if entry.checksum is not None:
-        what = f"{format_path(entry.path)} (tensor {entry.key!r})"
-        cfile.verify_tensor(path, what, data, entry.checksum.partition(":")[2])
+def _read(f: cread.Reader, path: str, entry: fmt.Entry) -> Any:
+    what = f"{format_path(entry.path)} (tensor {entry.key!r})"
+    checksum = entry.checksum.partition(":")[2] if entry.checksum is not None else None
+    flat = f.read(entry.key, checksum, what)
+    if entry.encoding == "native":
+        return flat.view(fmt.DTYPES[entry.dtype]).reshape(entry.shape)
     if entry.encoding == "bytes":
-        return np.frombuffer(data.tobytes(), dtype=fmt.DTYPES[entry.dtype]).reshape(entry.shape)
+        return flat.view(fmt.DTYPES[entry.dtype]).reshape(entry.shape)
+    code, shape = f.tensors[entry.key]
+    data = flat.view(fmt.DTYPES[fmt.NATIVE_CODES[code]]).reshape(shape)
     if entry.encoding == "key":
         try:
             keys = jax.random.wrap_key_data(jnp.asarray(data), impl=entry.key_impl)
@@ -557,73 +364,3 @@ def _read(f: Any, path: str, entry: fmt.Entry) -> Any:
             )
         return keys
     return data
-
-
-def _place(data: Any, leaf: Any) -> Any:
-    """The loaded value in the form of ``like``'s leaf: NumPy for a NumPy leaf, or for a
-    dtype JAX would narrow (64-bit types without ``jax_enable_x64``); otherwise a
-    jax.Array, placed with the leaf's sharding when it has one."""
-    if isinstance(leaf, np.ndarray | np.generic):
-        return np.asarray(data)
-    if type(leaf) in _SCALARS:
-        return type(leaf)(data.item())
-    if not isinstance(data, jax.Array) and jax.dtypes.canonicalize_dtype(data.dtype) != data.dtype:
-        return data
-    sharding = getattr(leaf, "sharding", None)
-    if isinstance(sharding, jax.sharding.Sharding):
-        return jax.device_put(data, sharding)
-    return jnp.asarray(data)
-
-
-def _box_classes() -> dict[str, type[AxisMetadata]]:
-    found: dict[str, type[AxisMetadata]] = {}
-    todo: list[type[AxisMetadata]] = [AxisMetadata]
-    while todo:
-        cls = todo.pop()
-        for sub in cls.__subclasses__():
-            found.setdefault(_type_name(sub), sub)
-            todo.append(sub)
-    return found
-
-
-def _rebox(
-    path: str,
-    at: str,
-    records: tuple[fmt.BoxRecord, ...],
-    like_boxes: list[AxisMetadata],
-    value: Any,
-) -> Any:
-    """Wrap ``value`` in the saved boxes (innermost first); a class is looked up among
-    the box classes this program has defined, never imported."""
-    classes: dict[str, type[AxisMetadata]] | None = None
-    for depth in range(len(records) - 1, -1, -1):
-        record = records[depth]
-        template = like_boxes[depth] if depth < len(like_boxes) else None
-        if template is not None and _type_name(type(template)) == record.type:
-            cls: type[AxisMetadata] | None = type(template)
-        else:
-            classes = classes if classes is not None else _box_classes()
-            cls = classes.get(record.type)
-        if cls is None:
-            raise CheckpointMismatchError(
-                f"{path!r}: {at} was saved in a {record.type} box, a class this program "
-                "does not define; import the module that defines it before loading."
-            )
-        kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name == "value" or f.name not in record.fields:
-                continue
-            raw = record.fields[f.name]
-            if fmt.is_unsaved(raw):
-                if template is not None and type(template) is cls:
-                    kwargs[f.name] = getattr(template, f.name)
-                continue
-            kwargs[f.name] = fmt.decode_field(raw)
-        try:
-            value = cls(value=value, **kwargs)
-        except Exception as e:
-            raise CheckpointFormatError(
-                f"{path!r}: {at}: the saved {cls.__name__} metadata {record.fields} does not "
-                f"fit the value ({type(e).__name__}: {e})."
-            ) from None
-    return value

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,7 +49,9 @@ class _AbslToDebug(logging.Filter):
     throughput) go to DEBUG on pytreemod's logger; its warnings and errors stay."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
+        if record.levelno >= logging.WARNING and "Skipping merge of OCDBT" not in str(
+            record.msg
+        ):  # the one warning of every save without OCDBT (a checkpoint directory's)
             return True
         logging.getLogger("pytreemod").debug("Orbax: %s", record.getMessage())
         return False
@@ -92,7 +95,7 @@ def load_orbax(path: str, like: Any) -> Any:
 
 
 def _failure(path: str, e: Exception) -> CheckpointError:
-    what = f"{type(e).__name__}: {e}"
+    what = f"{type(e).__name__}: {_essential(str(e))}"
     if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError)) or any(
         code in str(e) for code in _DAMAGE
     ):
@@ -104,3 +107,19 @@ def _failure(path: str, e: Exception) -> CheckpointError:
         f"{path!r}: Orbax cannot restore the checkpoint into the model ({what}). Load into "
         "a model built with the saved configuration."
     )
+
+
+# TensorStore's errors end with the JSON spec of every driver involved (kilobytes); the
+# code, the file and the reason before it are what a reader needs (issue 32, item 6).
+_TS_SPEC = re.compile(r"\s*\[(?:tensorstore_spec(?:\[\d+\])?|source locations)='.*?'\]", re.S)
+_TS_DRIVER = re.compile(r'Error opening "\w+" driver: ')
+
+
+def _essential(text: str, limit: int = 400) -> str:
+    """``text`` without TensorStore's JSON specs and driver chain, at most ``limit`` long."""
+    text = _TS_DRIVER.sub("", _TS_SPEC.sub("", text)).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+absl_notices_at_debug = _absl_notices_at_debug
+orbax_failure = _failure

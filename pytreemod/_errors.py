@@ -158,9 +158,17 @@ class ShapeError(PytreemodError, TypeError):
     ``Model.attn.query(...)`` for an attention layer's projection; ``[*]`` for a layer of
     a stack that ``pm.scan`` runs), eagerly and under ``jit``.
 
+    The same error, in the same words, covers anything else an annotation refuses: a
+    return value that breaks its method's annotation, a Python number, list or string
+    where an array is annotated, an argument of another type. Each message names the
+    argument (or the return value), what its annotation expects and what it got, and
+    ends with ``Fix:``. A NumPy array given where a typechecked method annotates
+    ``jax.Array`` is not an error: it is converted with ``jnp.asarray`` first.
+
     Fix: give the layer inputs of the shape its docstring shows, or build the layer with
     sizes that match the data (``Linear(in_features=x.shape[-1], ...)``); for your own
-    module, pass arrays that fit its method's annotations or correct the annotations.
+    module, pass arrays that fit its method's annotations or correct the annotations;
+    convert other values with ``jnp.asarray``; cast a wrong dtype (``x.astype(...)``).
     """
 
 
@@ -169,11 +177,14 @@ class LayerConfigError(PytreemodError, ValueError):
 
     Cause: for example ``qkv_features`` not divisible by ``num_heads``, channels not
     divisible by ``num_groups`` or ``feature_group_count``, an unknown padding mode, a
-    dropout rate outside ``[0, 1]``, a stochastic call (Dropout in training mode) without
-    ``key=``, or a decoding call on an attention layer without ``init_cache``.
+    dropout rate outside ``[0, 1]``, a stochastic call (Dropout or attention dropout in
+    training mode) without ``key=`` or with something other than one PRNG key (a number,
+    a batch of keys), a norm's initializer that needs a key built without one, or a
+    decoding call on an attention layer without ``init_cache``.
 
-    Fix: the message names the layer and the setting; change the setting, pass the
-    missing argument, or call the method it suggests.
+    Fix: the message names the layer (by its path in the model you called, e.g.
+    ``Model.drop``, for a call) and the setting; change the setting, pass the missing
+    argument (``key=jax.random.key(seed)``), or call the method it suggests.
     """
 
 

@@ -9,32 +9,23 @@ built from boxed parameters inherits their partitioning.
 
 Law, for every box type (property-tested): ``x.add_axis(i, p).remove_axis(i, p) == x``
 and, when axis ``i`` carries the name in ``p``, ``x.remove_axis(i, p).add_axis(i, p) == x``.
+
+The sharding boxes, ``Partitioned`` and ``LogicallyPartitioned``, are in
+``_sharding._boxes``, with the rules that resolve their names.
 """
 
 import abc
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-import jax
 import jax.tree_util as jtu
 
-from ._axis_rules import (
-    AnyMesh,
-    _check_rank,
-    _named_sharding,
-    _names_spec,
-    _pick_mesh,
-    get_logical_axis_rules,
-)
-from ._errors import AxisMetadataError, require_callable
-from ._module import Module, field
+from ._module import Module
 
 _B = TypeVar("_B", bound="AxisMetadata")
 
 PARTITION_NAME = "partition_name"
 """Key of ``metadata_params`` naming the axis a transform adds (``{PARTITION_NAME: 'layers'}``)."""
-
-_ROOT = "at <root>: "  # where a box's own get_partition_spec/get_sharding errors point
 
 
 class AxisMetadata(Module):
@@ -119,98 +110,3 @@ def remove_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) 
     """
     p: Mapping[Any, Any] = {} if params is None else params
     return map_boxes(lambda b: b.remove_axis(index, p), tree)
-
-
-def _as_names(names: Any) -> tuple[Any, ...]:
-    return tuple(names)
-
-
-class Partitioned(AxisMetadata):
-    """A value with one logical or mesh axis name (or ``None``) per array axis.
-
-    **Fields:**
-
-    - ``value``: the array.
-    - ``names``: one entry per axis of ``value``: a mesh axis name, a logical name
-      resolved through ``logical_axis_rules``, or ``None`` (replicated).
-    - ``mesh``: optional ``jax.sharding.Mesh`` used by ``get_sharding`` when none is given.
-
-    As in Flax, the box does not check ``names`` against the value's rank when it is
-    built (a transform may add only a metadata axis, e.g. ``add_metadata_axis``); a
-    mismatch is a ``ShardingError`` when the names are turned into a sharding.
-
-    >>> import jax.numpy as jnp
-    >>> import pytreemod as pm
-    >>> p = pm.Partitioned(jnp.zeros((4, 8)), ("embed", "mlp"))
-    >>> p.add_axis(0, {pm.PARTITION_NAME: "layers"}).names
-    ('layers', 'embed', 'mlp')
-    """
-
-    value: Any
-    names: tuple[Any, ...] = field(static=True, converter=_as_names)
-    mesh: Any = field(static=True, default=None)
-
-    def unbox(self) -> Any:
-        return self.value
-
-    def add_axis(self, index: int, params: Mapping[Any, Any]) -> "Partitioned":
-        names = list(self.names)
-        names.insert(_axis_index(index, len(names) + 1), _partition_name(params))
-        return self.replace(names=tuple(names))
-
-    def remove_axis(self, index: int, params: Mapping[Any, Any]) -> "Partitioned":
-        names = list(self.names)
-        i = _axis_index(index, len(names))
-        expected = _partition_name(params)
-        if names[i] != expected:
-            raise AxisMetadataError(
-                f"remove_axis({index}) expected axis name {expected!r} (from "
-                f"metadata_params) but the axis is named {names[i]!r} in {self.names}; pass "
-                "the same metadata_params that added the axis."
-            )
-        del names[i]
-        return self.replace(names=tuple(names))
-
-    def get_partition_spec(self) -> jax.sharding.PartitionSpec:
-        """The ``PartitionSpec`` of the names: resolved through the active logical axis
-        rules if any are set, taken literally as mesh axis names otherwise (the same as
-        ``pytreemod.get_partition_spec`` gives for this box)."""
-        _check_rank(self.value, self.names, type(self).__name__, _ROOT)
-        return _names_spec(self.names, get_logical_axis_rules(), _ROOT)
-
-    def get_sharding(self, mesh: AnyMesh | None = None) -> jax.sharding.NamedSharding:
-        """The ``NamedSharding`` of the value on ``mesh`` (default: the box's own mesh, then
-        the mesh set with ``jax.set_mesh``)."""
-        chosen = _pick_mesh(mesh, self.mesh, _ROOT)
-        _check_rank(self.value, self.names, type(self).__name__, _ROOT)
-        return _named_sharding(chosen, self.get_partition_spec(), _ROOT)
-
-
-def _axis_index(index: int, ndim: int) -> int:
-    if not -ndim <= index < ndim:
-        raise AxisMetadataError(f"axis {index} is out of range for {ndim} axes.")
-    return index % ndim
-
-
-def _partition_name(params: Mapping[Any, Any]) -> Any:
-    return params.get(PARTITION_NAME) if params else None
-
-
-def with_partitioning(
-    init_fn: Callable[..., Any], names: tuple[Any, ...], mesh: Any = None
-) -> Callable[..., Partitioned]:
-    """Wrap an initializer so the array it returns is boxed as ``Partitioned(arr, names)``.
-
-    >>> import jax
-    >>> import pytreemod as pm
-    >>> init = pm.with_partitioning(jax.nn.initializers.lecun_normal(), (None, "mlp"))
-    >>> init(jax.random.key(0), (4, 8)).names
-    (None, 'mlp')
-    """
-    require_callable(init_fn, "with_partitioning")
-
-    def wrapper(*args: Any, **kwargs: Any) -> Partitioned:
-        return Partitioned(init_fn(*args, **kwargs), names, mesh)
-
-    wrapper.__wrapped__ = init_fn  # type: ignore[attr-defined]
-    return wrapper

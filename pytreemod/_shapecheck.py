@@ -15,10 +15,14 @@ binds the signature and checks every argument again with the output, runs only w
 check fails (its error is the one explained below) and for annotations that need more
 than the memo (symbolic axes such as ``"n+1"``, ``PyTree[...]``).
 
-When a check fails, jaxtyping's ``TypeCheckError`` is replaced by a ``ShapeError`` whose
-message names the dimension that disagrees, the arguments and shapes on both sides, and
-the module class and method: the method's own ``self`` for a layer method, the nearest
-calling Module method for an op. When enclosing modules on the calling frames hold that
+When a check fails, NumPy arrays given where the annotation takes a ``jax.Array`` only
+are converted (``jnp.asarray``) and the call is made again; otherwise jaxtyping's
+``TypeCheckError`` is replaced by a ``ShapeError`` in pytreemod's words
+(``_shapecheck_explain``): the argument or the return value, what its annotation expects
+and what it got (the dimension that disagrees with the shapes on both sides, a dtype, a
+type), and ``Fix: ...``. It names the module class and method: the method's own ``self``
+for a layer method, the nearest calling Module method for an op. When enclosing modules
+on the calling frames hold that
 module, the call is named by its path from the outermost of them instead
 (``Model.blocks[3].mlp.up(x=f32[2, 5])``). The explanation walks the annotations again
 and looks at the calling frames only on this error path; a successful call pays for
@@ -34,7 +38,7 @@ import inspect
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar
 
 import jax
@@ -43,7 +47,18 @@ import numpy as np
 from jax.core import Tracer
 
 from ._errors import ShapeError
-from ._repr import array_summary
+from ._shapecheck_explain import (
+    as_jax_arrays,
+    beartype_conf,
+    explain,
+    fallback,
+    fix_text,
+    hints_of,
+    returned_value,
+    short_text,
+)
+from ._shapecheck_explain import axes_text as axes_text
+from ._shapecheck_explain import summary as summary
 from ._tree import format_path
 
 AnyArray: TypeAlias = jax.Array | np.ndarray
@@ -108,21 +123,38 @@ def checked(fn: F, *, method: bool | None = None) -> F:
             if fast is not None:
                 try:
                     return fast(*args, **kwargs)
-                except violation:  # jaxtyping's checker, below, says what is wrong
+                except violation:  # jaxtyping's checker, below, has the last word
                     pass
             return inner(*args, **kwargs)
         except check_error as error:
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            reason = _explain(signature, bound.arguments, fn)
-            if reason is None:  # not a shape problem we can pin down: keep jaxtyping's text
-                reason = str(error)
-            if is_method:
-                arguments = dict(bound.arguments)
-                module = arguments.pop(str(first))
-                where = _describe_call(module, fn.__name__, arguments, sys._getframe(1))
-                raise ShapeError(f"{where}: {reason}") from None
-            raise ShapeError(_with_context(op_name, reason, sys._getframe(1))) from None
+            cause: BaseException = error
+        # The error path: convert NumPy arrays the annotations refuse, or say what is wrong.
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        hints = hints_of(fn)
+        if deferred and hints is not None:  # ``Self``: the declaring class, as checked
+            cls = owner[0] if owner[0] is not None else type(args[0])
+            hints = {k: _replace_self(v, cls) for k, v in hints.items()}
+        has_returned, returned = returned_value(cause)
+        if not has_returned:
+            converted = as_jax_arrays(hints, bound.arguments)
+            if converted is not None:
+                bound.arguments.update(converted)
+                return wrapper(*bound.args, **bound.kwargs)
+        failure = explain(signature, bound.arguments, hints, returned, has_returned)
+        if failure is None:
+            failure = fallback(cause, fn, bound.arguments, hints)
+        frame = sys._getframe(1)
+        caller = None if is_method else _module_frame(frame)
+        caller_module = None if caller is None else caller.f_locals["self"]
+        fix = fix_text(failure, fn, is_method, caller_module)
+        if is_method:
+            arguments = dict(bound.arguments)
+            module = arguments.pop(str(first))
+            where = _describe_call(module, fn.__name__, arguments, frame, also=failure.arg)
+            raise ShapeError(f"{where}: {failure.reason}. Fix: {fix}.") from None
+        context = _with_context(op_name, failure.reason, frame)
+        raise ShapeError(f"{context}. Fix: {fix}.") from None
 
     if is_method:
         wrapper.__no_type_check__ = True  # type: ignore[attr-defined]
@@ -288,16 +320,9 @@ def _typechecker() -> Callable[[Any], Any]:
     any real or complex number. Containers are widened too (``Sequence[int]`` takes
     ``[np.int64(2)]``). beartype is imported on the first check, not with the package.
     """
-    from beartype import BeartypeConf, FrozenDict, beartype
+    from beartype import beartype
 
-    overrides = FrozenDict(
-        {
-            float: float | int | np.floating | np.integer,
-            int: int | np.integer,
-            complex: complex | float | int | np.number,
-        }
-    )
-    return beartype(conf=BeartypeConf(hint_overrides=overrides))
+    return beartype(conf=beartype_conf())
 
 
 def _is_self(hint: Any) -> bool:
@@ -348,13 +373,6 @@ def fail(op: str, reason: str) -> typing.NoReturn:
     raise ShapeError(_with_context(f"pytreemod.nn.functional.{op}", reason, sys._getframe(1)))
 
 
-def summary(x: Any) -> str:
-    """``f32[2, 5]`` for an array, ``repr`` for anything else."""
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return array_summary(x)
-    return repr(x)
-
-
 # ----------------------------------------------------------------------------- context
 
 
@@ -373,21 +391,34 @@ def _module_frame(frame: types.FrameType | None) -> types.FrameType | None:
 
 
 def _describe_call(
-    module: Any, method: str, arguments: dict[str, Any], caller: types.FrameType | None
+    module: Any,
+    method: str,
+    arguments: dict[str, Any],
+    caller: types.FrameType | None,
+    also: str | None = None,
 ) -> str:
     """``Linear.__call__(x=f32[2, 5])``, or, when ``module`` was called by an enclosing
     model (found on the calling frames, ``caller`` outward), the call as that model's path:
-    ``Model.blocks[1].mlp.up(x=f32[2, 5])``."""
+    ``Model.blocks[1].mlp.up(x=f32[2, 5])``. Arrays are shown, and the argument ``also``
+    whatever it holds (the one a failed check names)."""
     shown = [
-        f"{name}={summary(value)}"
+        f"{name}={short_text(value, 40)}"
         for name, value in arguments.items()
-        if value is not module and hasattr(value, "shape")
+        if value is not module and (hasattr(value, "shape") or name == also)
     ]
     root, path = _model_path(module, caller)
     if path:
         called = "" if method == "__call__" else f".{method}"
         return f"{type(root).__name__}{path}{called}({', '.join(shown)})"
     return f"{type(module).__name__}.{method}({', '.join(shown)})"
+
+
+def call_site(module: Any, frame: types.FrameType | None) -> str:
+    """How an error raised inside ``module``'s method names it: ``Model.blocks[1].drop``
+    when a model on the calling frames (``frame`` outward) holds it, else its class name
+    (``Dropout``). For checks a layer makes by hand, on their error path only."""
+    root, path = _model_path(module, frame)
+    return f"{type(root).__name__}{path}" if path else type(module).__name__
 
 
 def _with_context(op: str, reason: str, frame: types.FrameType | None) -> str:
@@ -484,150 +515,3 @@ def _stacked(candidate: Any, child: Any, traced: bool) -> bool | None:
     if shapes and all(s[1:] == c and len(s) == len(c) + 1 for s, c in zip(shapes, child_shapes)):
         return True
     return None
-
-
-# ----------------------------------------------------------------------------- explain
-
-
-class _Dims:
-    """The dimension tokens of one jaxtyping annotation string."""
-
-    def __init__(self, dim_str: str):
-        self.text = dim_str
-        self.tokens: list[tuple[str, bool, bool]] = []  # (name, variadic, broadcastable)
-        for raw in dim_str.split():
-            token, variadic, broadcast = raw, False, False
-            while token[:1] in ("*", "#", "?"):
-                variadic |= token[0] == "*"
-                broadcast |= token[0] == "#"
-                token = token[1:]
-            if token == "...":
-                variadic, token = True, "_"
-            self.tokens.append((token, variadic, broadcast))
-
-    def split(self, shape: Sequence[int]) -> list[tuple[int, Any]] | None:
-        """Pair each token with its axis and size (a tuple for a variadic token), or None
-        if the rank cannot fit."""
-        n = len(self.tokens)
-        var = [i for i, t in enumerate(self.tokens) if t[1]]
-        if not var:
-            if len(shape) != n:
-                return None
-            return [(i, shape[i]) for i in range(n)]
-        v = var[0]
-        after = n - v - 1
-        if len(shape) < n - 1:
-            return None
-        end = len(shape) - after
-        pairs: list[tuple[int, Any]] = [(i, shape[i]) for i in range(v)]
-        pairs.append((v, tuple(shape[v:end])))
-        pairs += [(end + k, shape[end + k]) for k in range(after)]
-        return pairs
-
-
-def _array_annotation(annotation: Any) -> Any:
-    from jaxtyping import AbstractArray  # only on the error path
-
-    if isinstance(annotation, type) and issubclass(annotation, AbstractArray):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _array_annotation(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def axes_text(n: int) -> str:
-    """``"1 axis"``, ``"3 axes"``."""
-    return f"{n} axis" if n == 1 else f"{n} axes"
-
-
-def _expected_rank(dims: _Dims) -> str:
-    n = len(dims.tokens)
-    if any(t[1] for t in dims.tokens):
-        return f"at least {axes_text(n - 1)}"
-    return axes_text(n)
-
-
-def _explain(
-    signature: inspect.Signature, arguments: dict[str, Any], fn: Callable[..., Any]
-) -> str | None:
-    """Re-walk the annotations in parameter order and describe the first disagreement."""
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception:  # names the annotations use are out of reach (a class in a function)
-        return None
-    memo: dict[str, tuple[Any, str, Any, int, str]] = {}
-    for name in signature.parameters:
-        annotation = _array_annotation(hints.get(name))
-        value = arguments.get(name)
-        if annotation is None or value is None or not hasattr(value, "shape"):
-            continue
-        reason = _bind(annotation, name, value, memo)
-        if reason is not None:
-            return reason
-    return None
-
-
-def _bind(
-    annotation: Any, arg: str, value: Any, memo: dict[str, tuple[Any, str, Any, int, str]]
-) -> str | None:
-    dims = _Dims(annotation.dim_str)
-    shape = tuple(value.shape)
-    pairs = dims.split(shape)
-    if pairs is None:
-        return (
-            f"argument {arg!r} is {summary(value)} ({axes_text(len(shape))}) but its annotation "
-            f'"{dims.text}" needs {_expected_rank(dims)}'
-        )
-    for (token, _, broadcast), (axis, size) in zip(dims.tokens, pairs):
-        if token.startswith("_") or token.isdigit() or not token.isidentifier():
-            if token.isdigit() and size != int(token) and not (broadcast and size == 1):
-                return (
-                    f"axis {axis} of argument {arg!r} ({summary(value)}) must be {token} "
-                    f'(annotation "{dims.text}") but is {size}'
-                )
-            continue
-        if token not in memo:
-            memo[token] = (size, arg, value, axis, dims.text)
-            continue
-        seen, other, other_value, other_axis, other_text = memo[token]
-        if _agree(seen, size, broadcast):
-            if broadcast and _is_one(seen) and not _is_one(size):
-                memo[token] = (size, arg, value, axis, dims.text)
-            continue
-        return (
-            f"dimension {token!r} does not agree: it is {_fmt_size(size)} in {arg!r} "
-            f'({summary(value)}, {_fmt_axis(axis, size)} of "{dims.text}") but '
-            f"{_fmt_size(seen)} in {other!r} ({summary(other_value)}, "
-            f'{_fmt_axis(other_axis, seen)} of "{other_text}")'
-        )
-    dtypes = getattr(annotation, "dtypes", None)
-    if isinstance(dtypes, (list, tuple)) and str(value.dtype) not in dtypes:
-        kind = annotation.__name__.split("[")[0]
-        return f"argument {arg!r} has dtype {value.dtype} ({summary(value)}); {kind} expected"
-    return None
-
-
-def _is_one(size: Any) -> bool:
-    return size == 1 or (isinstance(size, tuple) and all(s == 1 for s in size))
-
-
-def _agree(seen: Any, size: Any, broadcast: bool) -> bool:
-    if seen == size:
-        return True
-    if not broadcast:
-        return False
-    if isinstance(seen, tuple) and isinstance(size, tuple):  # numpy broadcasting: align right
-        return all(a == b or a == 1 or b == 1 for a, b in zip(seen[::-1], size[::-1]))
-    return seen == 1 or size == 1
-
-
-def _fmt_size(size: Any) -> str:
-    return str(tuple(size)) if isinstance(size, tuple) else str(size)
-
-
-def _fmt_axis(axis: int, size: Any) -> str:
-    if not isinstance(size, tuple) or len(size) == 1:
-        return f"axis {axis}"
-    return f"axes {axis}..{axis + len(size) - 1}" if size else "no axes"

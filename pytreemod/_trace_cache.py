@@ -25,7 +25,8 @@ import jax
 import jax.tree_util as jtu
 from jax.core import Tracer
 
-from ._axis_rules import get_logical_axis_rules
+from ._sharding._policy import explicit_mesh_policy
+from ._sharding._rules import get_logical_axis_rules
 from ._variables import Variable, recorders
 
 __all__ = ["disable_trace_once", "trace_once"]
@@ -116,7 +117,8 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any])
     leaves, treedef = jtu.tree_flatten((args, kwargs))
     dynamic: list[Any] = []
     traced = False
-    parts: list[Any] = [fn, treedef, get_logical_axis_rules()]  # layers resolve names by them
+    # Layers resolve names by the rules and shard on Explicit meshes by the policy.
+    parts: list[Any] = [fn, treedef, get_logical_axis_rules(), explicit_mesh_policy()]
     key: tuple[Any, ...] = ()
     try:
         for leaf in leaves:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from ._errors import TransformError, require_callable
 from ._meta import add_axis
 from ._pack import Skeleton, pack, unpack
-from ._sharding_rules import entries, explicit_mesh, reshard
+from ._sharding._types import entries, explicit_mesh, reshard
 from ._transforms_axes import (
     Carry,
     _args_spec,

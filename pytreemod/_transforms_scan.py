@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from ._errors import ShardingError, TransformError, require_callable
 from ._meta import add_axis
 from ._pack import Skeleton, pack, unpack
-from ._sharding_rules import entries, explicit_mesh
+from ._sharding._types import entries, explicit_mesh
 from ._transforms_axes import (
     Carry,
     StateAxes,

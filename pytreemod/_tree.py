@@ -106,6 +106,12 @@ def tree_at(
     argument (``lambda m: m.blocks[3].mlp.weight``) and may return one node or a tuple of
     nodes; ``replace`` gives the new value(s), or ``replace_fn`` maps the old to the new.
 
+    A selected ``Variable`` (``Param``...) or axis-metadata box (``Partitioned``) given a
+    replacement that is not one keeps its wrapper, with the new value inside:
+    ``tree_at(lambda m: m.kernel, model, w)`` puts ``w`` in the kernel's ``Param``, so
+    the model keeps its structure (collections, sharding names). Replace it with another
+    Variable to change the collection, or select ``m.kernel.value`` to reach inside.
+
     **Arguments:**
 
     - ``where``: ``pytree -> node`` or ``pytree -> tuple[node, ...]``; it must only select.
@@ -183,9 +189,40 @@ def tree_at(
                 "values; pass one replacement per selected node (as a tuple)."
             )
         fns = [lambda _, v=v: v for v in values]
-    repl = dict(zip(targets, fns))
+    repl = {t: _keeping_boxes(fn) for t, fn in zip(targets, fns)}
     prefixes = {t[:i] for t in targets for i in range(len(t))}
     return _rebuild(pytree, (), repl, prefixes, is_leaf)
+
+
+def _is_variable(x: Any) -> bool:
+    # A pytreemod Variable, recognised by its class flag (``_variables`` sits above).
+    return getattr(type(x), "_pytreemod_variable", False) is True
+
+
+def _is_box(x: Any) -> bool:
+    # An AxisMetadata box (``Partitioned``...), recognised by its ``replace_boxed``.
+    return callable(getattr(type(x), "replace_boxed", None))
+
+
+def _keeping_boxes(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` (old node -> new node), except that a Variable or an axis-metadata box
+    replaced by a value that is not one keeps its wrapper: the value goes inside it
+    (``Param(w)`` replaced by ``a`` gives ``Param(a)``; ``Param(Partitioned(w, names))``
+    gives ``Param(Partitioned(a, names))``). The tree's structure never changes
+    silently; to change the wrapper, replace it with another Variable or box."""
+
+    def replace(old: Any) -> Any:
+        new = fn(old)
+        if _is_variable(old) and not _is_variable(new):
+            inner = old.value
+            if _is_box(inner) and not _is_box(new):
+                return old.replace(inner.replace_boxed(new))
+            return old.replace(new)
+        if _is_box(old) and not _is_box(new) and not _is_variable(new):
+            return old.replace_boxed(new)
+        return new
+
+    return replace
 
 
 def _index_nodes(node: Any, path: tuple[Any, ...], index: dict, is_leaf: Any) -> None:
@@ -248,3 +285,28 @@ def tree_equal(a: Any, b: Any) -> bool:
 
 def _inexact(x: Any) -> bool:
     return bool(np.issubdtype(x.dtype, np.inexact))
+
+
+def apply_updates(model: T, updates: Any) -> T:
+    """``model`` with ``updates`` added to its arrays: optax's ``apply_updates``, typed
+    to return the model's own type (optax's returns an ``ArrayTree``, which a type
+    checker cannot call as a model).
+
+    ``updates`` has the model's structure (what ``optimizer.update`` returns for the
+    gradients of a model) or a prefix of it where a ``None`` leaves that part unchanged,
+    as in ``eqx.apply_updates``. Each result keeps its parameter's dtype (a bfloat16
+    parameter stays bfloat16), as optax does.
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> w = {"w": pm.Param(jnp.ones(2)), "frozen": pm.Param(jnp.zeros(2))}
+    >>> apply_updates(w, {"w": pm.Param(jnp.full(2, 0.5)), "frozen": None})["w"].value
+    Array([1.5, 1.5], dtype=float32)
+    """
+
+    def add(update: Any, value: Any) -> Any:
+        if update is None or value is None:
+            return value
+        return jax.numpy.asarray(value + update).astype(jax.numpy.result_type(value))
+
+    return jtu.tree_map(add, updates, model, is_leaf=lambda x: x is None)

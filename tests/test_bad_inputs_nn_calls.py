@@ -80,7 +80,11 @@ def test_a_non_float_input_is_a_shape_error_naming_the_dtype(
 
 @pytest.mark.parametrize("bad", ["abc", [1.0, 2.0, 3.0], None, 3.0], ids=repr)
 def test_a_non_array_input_is_a_shape_error(bad: Any) -> None:
-    with pytest.raises(pm.ShapeError, match=r"Linear\.__call__\(\).*Type-check error"):
+    with pytest.raises(
+        pm.ShapeError,
+        match=r"^Linear\.__call__\(x=.*\): argument 'x' is .*, but its annotation is "
+        r'Float\[Array \| np\.ndarray, "\*batch in_features"\]\. Fix: pass an array',
+    ):
         nn.Linear(3, 4, key=KEY)(bad)
 
 
@@ -138,12 +142,52 @@ def test_norm_axes_out_of_range_are_config_errors() -> None:
 
 def test_dropout_call_errors() -> None:
     drop = nn.Dropout(0.5)
-    with pytest.raises(pm.LayerConfigError, match=r"needs a PRNG key: call dropout\(x, key=key\)"):
+    with pytest.raises(
+        pm.LayerConfigError, match=r"^Dropout: .*needs a PRNG key: call it with key=jax\.random"
+    ):
         drop(jnp.ones(3))
     with pytest.raises(pm.LayerConfigError, match=r"broadcast_dims=\(5,\) names axis 5 but x"):
         nn.Dropout(0.5, broadcast_dims=(5,))(jnp.ones((2, 3)), key=KEY)
-    with pytest.raises(pm.ShapeError, match=r"Dropout\.__call__"):
+    with pytest.raises(pm.LayerConfigError, match=r"^Dropout: key=0 is not a single PRNG key"):
         drop(jnp.ones(3), key=0)
+    assert nn.Dropout(1.0)(jnp.ones(3)).tolist() == [0.0, 0.0, 0.0]  # no randomness: no key
+
+
+class _Dropping(pm.Module):
+    drop: nn.Dropout
+    attn: nn.MultiHeadAttention
+
+    def __call__(self, x: jax.Array, key: Any = None) -> jax.Array:
+        return self.attn(self.drop(x, key=key), key=key)
+
+
+_BAD_KEYS = [
+    (None, r"needs a PRNG key: call it with key=jax\.random\.key\(seed\)"),
+    (1, r"key=1 is not a single PRNG key; pass one key"),
+    (jax.random.split(KEY, 3), r"key=a batch of keys of shape \(3,\) is not a single PRNG key"),
+    (jnp.ones(3), r"key=f32\[3\] is not a single PRNG key"),
+]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_a_bad_call_time_key_names_the_layers_path(jit: bool) -> None:
+    model = _Dropping(nn.Dropout(0.5), nn.MultiHeadAttention(1, 4, dropout_rate=0.1, key=KEY))
+    run = pm.jit(model) if jit else model
+    for key, message in _BAD_KEYS:
+        with pytest.raises(pm.LayerConfigError, match=r"^_Dropping\.drop: .*" + message):
+            run(jnp.ones((1, 2, 4)), key=key)
+    no_drop = pm.tree_at(lambda m: m.drop, model, nn.Dropout(0.5, deterministic=True))
+    for key, message in _BAD_KEYS[::2] if jit else _BAD_KEYS[1::2]:
+        with pytest.raises(pm.LayerConfigError, match=r"^_Dropping\.attn: .*" + message[:20]):
+            no_drop(jnp.ones((1, 2, 4)), key=key)
+    assert run(jnp.ones((1, 2, 4)), key=KEY).shape == (1, 2, 4)
+
+
+def test_functional_dropout_rejects_a_batch_of_keys() -> None:
+    with pytest.raises(
+        pm.LayerConfigError, match=r"^pytreemod\.nn\.functional\.dropout: key=a batch of keys"
+    ):
+        F.dropout(jnp.ones(3), 0.5, jax.random.split(KEY, 2))
 
 
 # ---------------------------------------------------------------- conv, pooling

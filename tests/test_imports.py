@@ -53,7 +53,8 @@ def test_import_pytreemod_leaves_nn_to_first_use() -> None:
     assert not [m for m in loaded if m.startswith("pytreemod.nn")]
     assert not [m for m in loaded if m.startswith(("pytreemod._transforms", "pytreemod._sharding"))]
     loaded = _loaded_after("import pytreemod as pm; pm.scan", ("pytreemod",))
-    assert "pytreemod._transforms_scan" in loaded and "pytreemod._sharding" not in loaded
+    # (pm.scan reads stacks' shardings on Explicit meshes: it loads pytreemod._sharding.)
+    assert "pytreemod._transforms_scan" in loaded and "pytreemod._checkpoint" not in loaded
     loaded = _loaded_after("import pytreemod as pm; pm.nn.Linear", ("pytreemod",))
     assert "pytreemod.nn._linear" in loaded
 

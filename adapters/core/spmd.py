@@ -11,6 +11,7 @@ import jax
 from jax.experimental.layout import Format
 from jax.sharding import NamedSharding, PartitionSpec
 
+import pytreemod as pm
 from pytreemod import get_logical_axis_rules as get_logical_axis_rules
 from pytreemod import logical_axis_rules as logical_axis_rules
 from pytreemod import set_logical_axis_rules as set_logical_axis_rules
@@ -74,13 +75,13 @@ def shard_value(
     value: Any, out_sharding: Any, sharding_rules: LogicalRules | None, mesh: Any
 ) -> Any:
     """``value`` placed by ``out_sharding`` (renamed by the rules) on ``mesh``, the
-    sharding's own mesh or the one set with ``jax.set_mesh``: a ``reshard`` on Explicit
-    axes, a sharding constraint on Auto ones (NNX's eager sharding of Variables)."""
+    sharding's own mesh or the one set with ``jax.set_mesh``: ``pm.sharding.apply_sharding``
+    (a ``reshard`` on Explicit axes, a sharding constraint on Auto ones; NNX's eager
+    sharding of Variables)."""
     if not out_sharding:
         return value
     if mesh is None:
-        abstract = jax.sharding.get_abstract_mesh()
-        mesh = None if abstract.empty else abstract
+        mesh = pm.sharding.current_mesh()
     out_sharding = apply_rules(out_sharding, sharding_rules)
     mesh = _sharding_mesh(out_sharding) or mesh
     if mesh is None:
@@ -94,14 +95,12 @@ def shard_value(
         out_sharding = NamedSharding(mesh, out_sharding)
     if isinstance(out_sharding, Format):
         return jax.lax.with_sharding_constraint(value, out_sharding)
-    if mesh.are_all_axes_explicit:
-        return jax.sharding.reshard(value, out_sharding)
-    if mesh.are_all_axes_auto:
-        return jax.lax.with_sharding_constraint(value, out_sharding)
-    raise ValueError(
-        "Mesh must have all axes as Explicit or all axes as Auto. "
-        f"Got mixed axis types: {mesh.axis_types}"
-    )
+    if not (mesh.are_all_axes_explicit or mesh.are_all_axes_auto):
+        raise ValueError(
+            "Mesh must have all axes as Explicit or all axes as Auto. "
+            f"Got mixed axis types: {mesh.axis_types}"
+        )
+    return pm.sharding.apply_sharding(value, out_sharding)
 
 
 __all__ = [

@@ -2,19 +2,20 @@
 
 Parameters and activations are annotated with logical axis names (``'batch'``,
 ``'embed'``, ``'mlp'``...); logical axis rules, ``(logical_name, mesh_axes)`` pairs in
-order of precedence, map them to mesh axes. The rules are pytreemod's
-(``pm.logical_axis_rules``), the boxes are ``pm.LogicallyPartitioned``; this module adds
-Flax's resolution functions and ``with_logical_constraint``.
+order of precedence, map them to mesh axes. Everything is pytreemod's: the rules
+(``pm.logical_axis_rules``), the boxes (``pm.LogicallyPartitioned``), the resolver
+(``pm.sharding.resolve_logical_axes``), ``RulesFallback``, the mesh lookup
+(``pm.sharding.current_mesh``) and the constraint (``pm.sharding.apply_sharding``: a
+reshard on Explicit axes). This module translates names and errors into Flax's:
+``ValueError`` with Flax's messages, names without rules left unconstrained.
 """
 
 import collections
-import enum
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-from jax import lax
 from jax.sharding import PartitionSpec
 
 import pytreemod as pm
@@ -37,54 +38,31 @@ __all__ = [
 ]
 
 
-class _Unassigned:
-    """An axis whose logical name no rule has assigned (falsy, like ``None``)."""
-
-    def __repr__(self) -> str:
-        return "UnassignedAxis"
-
-    def __bool__(self) -> bool:
-        return False
+RulesFallback = pm.RulesFallback
+"""What ``with_logical_constraint`` does with a name no rule assigns: replicate the
+axis (``AXIS_IS_UNSHARDED``), raise a ``ValueError`` (``RAISE_ERROR``), or leave the
+array unconstrained (``NO_CONSTRAINT``). pytreemod's enum."""
 
 
-_UNASSIGNED = _Unassigned()
-
-
-def _leaves(axes: Any) -> set[Any]:
-    return set(jax.tree_util.tree_leaves(axes))
-
-
-def _free(new: Any, assigned: Sequence[Any]) -> bool:
-    """Whether none of the mesh axes ``new`` is already used by ``assigned``."""
-    wanted = _leaves(new) - {PartitionSpec.UNCONSTRAINED, None}
-    used = set()
-    for a in assigned:
-        if a is not _UNASSIGNED:
-            used |= _leaves(a)
-    return not (wanted & used)
-
-
-def _resolve(names: Sequence[Any] | None, rules: Any = None) -> list[Any] | None:
-    """Flax's priority assignment: per axis the mesh axes, ``None``, the unconstrained
-    marker or ``_UNASSIGNED``."""
-    if names is None:
-        return None
-    if rules is None:
-        rules = get_logical_axis_rules()
-    names = list(names)
+def _check(names: Sequence[Any], rules: Any) -> None:
+    """Flax's errors for names used twice and rules of the wrong type."""
     counts = collections.Counter(names)
     dups = tuple(k for k, v in counts.items() if v > 1 and isinstance(k, str))
     if dups:
         raise ValueError(f"Unsupported: Dimensions {dups} occur more than once in array names.")
     if not isinstance(rules, tuple | list):
         raise ValueError("Unknown axis rule specification type.")
-    result: list[Any] = [_UNASSIGNED if isinstance(n, str) else n for n in names]
-    for logical, mesh_axes in rules:
-        if logical in names:
-            pos = names.index(logical)
-            if result[pos] is _UNASSIGNED and _free(mesh_axes, result):
-                result[pos] = mesh_axes
-    return result
+
+
+def _resolve(names: Sequence[Any] | None, rules: Any = None) -> list[Any] | None:
+    """Per axis the mesh axes, ``None``, the unconstrained marker or
+    ``pm.sharding.UNASSIGNED`` (pytreemod's resolver, with Flax's errors)."""
+    if names is None:
+        return None
+    if rules is None:
+        rules = get_logical_axis_rules()
+    _check(list(names), rules)
+    return pm.sharding.resolve_logical_axes(tuple(names), rules)
 
 
 def logical_to_mesh_axes(
@@ -100,7 +78,7 @@ def logical_to_mesh_axes(
     result = _resolve(array_dim_names, rules)
     if result is None:
         return None
-    return PartitionSpec(*(None if a is _UNASSIGNED else a for a in result))
+    return PartitionSpec(*(None if a is pm.sharding.UNASSIGNED else a for a in result))
 
 
 def _is_spec(x: Any) -> bool:
@@ -121,42 +99,18 @@ def logical_to_mesh_sharding(tree: Any, mesh: jax.sharding.Mesh, rules: Any = No
     )
 
 
-class RulesFallback(enum.Enum):
-    """What ``with_logical_constraint`` does with a name no rule assigns: replicate the
-    axis, raise a ``ValueError``, or leave the array unconstrained."""
-
-    AXIS_IS_UNSHARDED = "axis_is_unsharded"
-    RAISE_ERROR = "raise_error"
-    NO_CONSTRAINT = "no_constraint"
-
-
-def _global_mesh_defined() -> bool:
-    return not jax.sharding.get_abstract_mesh().empty
-
-
-def _names_explicit_axis(mesh: Any, spec: PartitionSpec) -> bool:
-    types = dict(zip(mesh.axis_names, mesh.axis_types))
-    for entry in spec:
-        for axis in entry if isinstance(entry, tuple) else (entry,):
-            if isinstance(axis, str) and types.get(axis) == jax.sharding.AxisType.Explicit:
-                return True
-    return False
-
-
 def _with_sharding_constraint(
     x: Any, axis_resources: PartitionSpec | None, mesh: jax.sharding.Mesh | None = None
 ) -> Any:
-    """``lax.with_sharding_constraint`` when a mesh is given or set, else ``x``. Where the
-    spec names an ``Explicit`` mesh axis (beyond Flax) the sharding is part of the type, so
-    the constraint is a ``jax.sharding.reshard``, as in ``pm.with_logical_constraint``."""
-    if mesh is None and not _global_mesh_defined():
+    """``x`` constrained to ``axis_resources`` on ``mesh`` or the mesh set with
+    ``jax.set_mesh``; ``x`` itself when there is neither. The constraint is
+    ``pm.sharding.apply_sharding``: a ``jax.sharding.reshard`` wherever an ``Explicit``
+    mesh axis is involved (beyond Flax, which only has Auto axes here), a sharding
+    constraint on ``Auto`` axes."""
+    target = mesh if mesh is not None else pm.sharding.current_mesh()
+    if target is None or axis_resources is None:
         return x
-    target = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
-    if axis_resources is not None and _names_explicit_axis(target, axis_resources):
-        return jax.sharding.reshard(x, jax.sharding.NamedSharding(target, axis_resources))
-    if mesh is not None and axis_resources is not None:
-        return lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, axis_resources))
-    return lax.with_sharding_constraint(x, axis_resources)
+    return pm.sharding.apply_sharding(x, jax.sharding.NamedSharding(target, axis_resources))
 
 
 def _constrain_one(
@@ -169,12 +123,12 @@ def _constrain_one(
     resolved = _resolve(names, rules)
     if resolved is None:
         return _with_sharding_constraint(x, None, mesh=mesh)
-    if any(a is _UNASSIGNED for a in resolved):
+    if any(a is pm.sharding.UNASSIGNED for a in resolved):
         if fallback == RulesFallback.RAISE_ERROR:
             raise ValueError(f"Axis names {names} did not match a rule")
         if fallback == RulesFallback.NO_CONSTRAINT:
             return x
-    spec = PartitionSpec(*(None if a is _UNASSIGNED else a for a in resolved))
+    spec = PartitionSpec(*(None if a is pm.sharding.UNASSIGNED else a for a in resolved))
     return _with_sharding_constraint(x, spec, mesh=mesh)
 
 

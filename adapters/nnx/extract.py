@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import jax
 
-from . import filterlib, graphlib
+from . import _structure, filterlib, graphlib
 from ._extract_prefix import KeyPath as KeyPath
 from ._extract_prefix import Missing as Missing
 from ._extract_prefix import PathParts as PathParts
@@ -60,7 +60,14 @@ class SlotInfo:
     _hash: int = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        key = (self.index, self.paths, self.graphdef, self.keep_all)
+        key = (self.index, self.paths, self.keep_all)
+        try:
+            key += (hash(self.graphdef),)
+        except TypeError:
+            # A static attribute that is not hashable (a dict, a list): JAX compares
+            # aux data with == and never hashes it, so such modules go through
+            # transforms; equality still compares the GraphDef.
+            pass
         object.__setattr__(self, "_hash", hash(key))
 
     def __eq__(self, other: object) -> bool:
@@ -129,6 +136,8 @@ class Lowered:
     def finish(self, updates: "Updates", out: Any) -> Any:
         """Write ``updates`` into the caller's objects and rebuild ``out``'s nodes."""
         joint = updates.joint
+        if joint is not None or updates.raw_paths:
+            _structure.bump()  # the caller's graph changes shape: cached plans are stale
         if joint is not None:
             fresh_in, fresh_out = _merge_joint(joint)
             mapping = graft((fresh_in, fresh_out), self.nodes, joint.info.value[2])
@@ -144,6 +153,35 @@ class Lowered:
                 State.from_flat_path(dict(zip(updates.raw_paths, updates.raw_values))),
             )
         return raise_outputs(out)
+
+
+def sort_attributes(roots: Iterable[Any]) -> None:
+    """Put the attributes of every graph node under ``roots`` in name order.
+
+    Flax's graph-update transforms rebuild the caller's nodes from their GraphDef, whose
+    attributes are sorted by name, so after ``nnx.jit``, ``nnx.grad``... a Module's
+    ``vars()`` and repr list its attributes alphabetically. Here the transforms sort the
+    nodes when they lower them (graph-update mode). Only the order of the instance
+    dicts changes: no attribute is set, the structure is the same."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, Variable):
+            continue
+        seen.add(id(obj))
+        if type(obj) in (list, tuple):
+            stack.extend(obj)
+        elif type(obj) is dict:
+            stack.extend(obj.values())
+        elif graphlib.is_graph_node(obj) and hasattr(obj, "__dict__"):
+            attrs = vars(obj)
+            keys = list(attrs)
+            if all(type(k) is str for k in keys) and keys != sorted(keys):
+                items = sorted(attrs.items())
+                attrs.clear()
+                attrs.update(items)
+            stack.extend(attrs.values())
 
 
 def lower(
@@ -171,6 +209,8 @@ def lower(
         return tree, Lowered((), [], [], graph, graph_updates, name)
     if not graph:
         check_no_aliases(name, args=[flat[i][1] for i in where])
+    elif graph_updates:
+        sort_attributes(nodes)
     graphdef, state = graphlib.split(nodes)
     joint = list(to_flat_state(state))
     per_node: list[list[tuple[int, PathParts, Any]]] = [[] for _ in nodes]

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from .. import struct
+from . import reprlib
 from .graphlib import GraphDef, update_variable
 from .module import Module
 from .statelib import State
@@ -20,7 +21,7 @@ M = TypeVar("M", bound=Module)
 TS = TypeVar("TS", bound="TrainState[Any]")
 
 
-class Dict(Module, MutableMapping[str, A]):
+class Dict(reprlib.MappingReprMixin, Module, MutableMapping[str, A]):
     """A Module that is a mutable mapping from names to values (arrays, Variables,
     Modules and static values alike); entries are attributes, so they are graph children."""
 
@@ -52,10 +53,6 @@ class Dict(Module, MutableMapping[str, A]):
         except AttributeError as e:
             raise KeyError(key) from e
 
-    def __repr__(self) -> str:
-        items = ", ".join(f"{k!r}: {v!r}" for k, v in self.items())
-        return f"{type(self).__name__}({{{items}}})"
-
 
 def _bounds(index: int, length: int) -> int:
     if index < 0:
@@ -65,7 +62,7 @@ def _bounds(index: int, length: int) -> int:
     return index
 
 
-class List(Module, MutableSequence[A]):
+class List(reprlib.SequenceReprMixin, Module, MutableSequence[A]):
     """A Module that is a mutable sequence; element ``i`` is the attribute ``'i'`` (an int
     key in paths), so elements are graph children."""
 
@@ -154,9 +151,6 @@ class List(Module, MutableSequence[A]):
                 self[key] = value
         else:
             self.insert(key, value)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}([{', '.join(repr(v) for v in self)}])"
 
 
 def has_keyword_arg(func: Callable[..., Any], name: str) -> bool:

@@ -51,10 +51,18 @@ def _perturbation_type() -> type:
     return getattr(variablelib, "Perturbation", variablelib.Intermediate)
 
 
-_OUTSIDE_CAPTURE = (
-    "Using 'Module.{}()' outside of 'nnx.capture()' is deprecated; see\n"
-    "https://flax.readthedocs.io/en/latest/guides/extracting_intermediates.html for more "
-    "information."
+# Flax's two warnings, with the indentation their source literals carry.
+_CAPTURE_GUIDE = (
+    "https://flax.readthedocs.io/en/latest/guides/extracting_intermediates.html"
+    " for more information."
+)
+_OUTSIDE_CAPTURE_SOW = (
+    "Using 'Module.sow()' outside of 'nnx.capture()' is deprecated; see\n"
+    f"        {_CAPTURE_GUIDE}\n        "
+)
+_OUTSIDE_CAPTURE_PERTURB = (
+    "\n      Using 'Module.perturb()' outside of 'nnx.capture()' is deprecated; see\n"
+    f"      {_CAPTURE_GUIDE}\n      "
 )
 
 
@@ -112,7 +120,7 @@ class Module(Pytree, metaclass=ModuleMeta):
             variable.set_value(reduce_fn(variable.get_value(), value))
         else:
             setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
-        warnings.warn(_OUTSIDE_CAPTURE.format("sow"), DeprecationWarning, stacklevel=2)
+        warnings.warn(_OUTSIDE_CAPTURE_SOW, DeprecationWarning, stacklevel=2)
         return True
 
     def perturb(self, name: str, value: Any, variable_type: Any = None) -> Any:
@@ -140,7 +148,7 @@ class Module(Pytree, metaclass=ModuleMeta):
         else:
             old_value = jax.tree.map(jnp.zeros_like, value)
             setattr(self, name, variable_type(old_value))
-        warnings.warn(_OUTSIDE_CAPTURE.format("perturb"), DeprecationWarning, stacklevel=2)
+        warnings.warn(_OUTSIDE_CAPTURE_PERTURB, DeprecationWarning, stacklevel=2)
         return old_value + value
 
     def iter_modules(self) -> Iterator[tuple[PathParts, "Module"]]:

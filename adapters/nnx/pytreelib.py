@@ -25,7 +25,7 @@ import numpy as np
 from .. import config
 from ..errors import TraceContextError
 from ..typing import MISSING, Missing
-from . import graphlib, reprlib
+from . import _structure, graphlib, reprlib
 from .graphlib import HashableMapping, is_graph_node, is_node_leaf
 from .tracers import TraceState
 from .variablelib import RngState, Variable
@@ -376,6 +376,7 @@ class Pytree(reprlib.Representable, metaclass=PytreeMeta):
             nodes = self._pytree__nodes
             if name not in nodes or (explicit and nodes[name] != is_data_):
                 object.__setattr__(self, "_pytree__nodes", nodes.update({name: is_data_}))
+        _structure.touched(self)
         object.__setattr__(self, name, value)
 
     def _check_value(self, key: str, value: Any, new_status: AttributeStatus | None) -> None:
@@ -445,6 +446,7 @@ class Pytree(reprlib.Representable, metaclass=PytreeMeta):
         vars(self).update(state)
 
     def __delattr__(self, name: str) -> None:
+        _structure.touched(self)
         if name in self._pytree__nodes:
             kept = {k: v for k, v in self._pytree__nodes.items() if k != name}
             object.__setattr__(self, "_pytree__nodes", HashableMapping(kept, copy=False))
@@ -553,9 +555,11 @@ class Pytree(reprlib.Representable, metaclass=PytreeMeta):
         return object.__new__(node_type)
 
     def _graph_node_clear(self) -> None:
+        _structure.touched(self)
         vars(self).clear()
 
     def _graph_node_init(self, attributes: Any) -> None:
+        _structure.touched(self)
         for name, value in attributes:
             object.__setattr__(self, _get_str(name), value)
 

@@ -20,7 +20,7 @@ import jax.tree_util as jtu
 
 from adapters.typing import PathParts
 
-from . import filterlib, reprlib, traversals, variablelib
+from . import _structure, filterlib, reprlib, traversals, variablelib
 from .traversals import flatten_mapping as flatten_mapping
 from .traversals import unflatten_mapping as unflatten_mapping
 
@@ -55,7 +55,9 @@ def _deprecated(name: str) -> None:
         "`flax.nnx.State` will be deprecated and be replaced by the built-in "
         f"Python dict. Please use the equivalent `nnx.{name}` instead.",
         DeprecationWarning,
-        stacklevel=3,
+        # Flax attributes these to its own module (stacklevel 1), so Python's default
+        # filters hide them outside test runners: so do we.
+        stacklevel=1,
     )
 
 
@@ -217,6 +219,7 @@ class State(MutableMapping[Any, Any], reprlib.Representable):
         return self[key]
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        _structure.bump()
         if key == "__orig_class__":
             object.__setattr__(self, key, value)
         elif isinstance(value, State):
@@ -227,6 +230,7 @@ class State(MutableMapping[Any, Any], reprlib.Representable):
     __setattr__ = __setitem__  # type: ignore[assignment]
 
     def __delitem__(self, key: Any) -> None:
+        _structure.bump()
         del self._mapping[key]
 
     def __iter__(self) -> Iterator[Any]:

@@ -2,7 +2,8 @@
 head projections ``ProjectHeads``/``MergeHeads``."""
 
 import math
-from typing import Any, TypeVar
+import sys
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +12,8 @@ from jaxtyping import Float, Shaped
 from .._errors import AxisMetadataError, LayerConfigError
 from .._meta import AxisMetadata
 from .._module import Module, field
-from .._shapecheck import AnyArray, checked
-from .._sharding import logical_zeros
+from .._shapecheck import AnyArray, call_site, checked
+from .._sharding._trees import logical_zeros
 from .._trace_cache import trace_once
 from .._variables import Cache, Param
 from . import _ops_attention as A
@@ -26,7 +27,20 @@ from ._init import (
 )
 from ._normalization import LayerNorm
 from ._ops_common import unboxed, var_value
-from ._validate import callable_arg, layer_args, one_of, positive_int, positive_ints, probability
+from ._validate import (
+    callable_arg,
+    layer_args,
+    one_of,
+    positive_int,
+    positive_ints,
+    prng_key,
+    probability,
+)
+
+if TYPE_CHECKING:
+    _Key = jax.Array
+else:  # checked by the layer (a LayerConfigError naming its path), not by beartype
+    _Key = Any
 
 _MHA = TypeVar("_MHA", bound="MultiHeadAttention")
 
@@ -394,7 +408,7 @@ class MultiHeadAttention(Module, typecheck=True):
         inputs_v: Float[AnyArray, "*batch kv_len v_features"] | None = None,
         *,
         mask: Shaped[AnyArray, "*#batch #heads #q_len #kv_len"] | None = None,
-        key: jax.Array | None = None,
+        key: _Key | None = None,
         deterministic: bool = False,
         out_sharding: Any = None,
     ) -> Float[jax.Array, "*batch q_len out_features"]:
@@ -419,14 +433,17 @@ class MultiHeadAttention(Module, typecheck=True):
         return self.out(x, out_sharding=out_sharding)
 
     def _attend(
-        self, q: Any, k: Any, v: Any, mask: Any, key: jax.Array | None, deterministic: bool
+        self, q: Any, k: Any, v: Any, mask: Any, key: _Key | None, deterministic: bool
     ) -> Any:
         dropping = self.dropout_rate > 0.0 and not deterministic
         if dropping and key is None:
             raise LayerConfigError(
-                f"MultiHeadAttention(dropout_rate={self.dropout_rate}) in training needs a "
-                "PRNG key: call it with key=..., or pass deterministic=True."
+                f"{call_site(self, sys._getframe(1))}: MultiHeadAttention(dropout_rate="
+                f"{self.dropout_rate}) in training needs a PRNG key: call it with "
+                "key=jax.random.key(seed), or pass deterministic=True."
             )
+        if dropping:
+            prng_key(call_site(self, sys._getframe(1)), key, calling=True)
         return A.dot_product_attention(
             q,
             k,

@@ -217,6 +217,21 @@ class Conv(Module, typecheck=True):
 class Conv1d(Conv):
     """``Conv`` with one spatial axis: input ``(*batch, length, in_features)``.
 
+    **Arguments:** (``Conv``'s, with ``num_spatial_dims=1``)
+
+    - ``in_features``, ``out_features``: input and output channels.
+    - ``kernel_size``: an int (the same size on each of the 1 spatial axes) or 1
+      sizes.
+    - ``strides`` (default 1), ``input_dilation`` (default 1), ``kernel_dilation``
+      (default 1): an int or one per spatial axis.
+    - ``padding``: ``"SAME"`` (default), ``"VALID"``, ``"CIRCULAR"``, ``"REFLECT"``,
+      ``"CAUSAL"``, an int, or one int or ``(low, high)`` pair per spatial axis.
+    - ``feature_group_count``: channel groups (default 1; ``in_features`` for depthwise).
+    - ``use_bias`` (default ``True``), ``dtype`` (default ``None``: inferred),
+      ``param_dtype`` (default ``float32``), ``precision`` (default ``None``).
+    - ``kernel_init`` (default ``lecun_normal()``), ``bias_init`` (default ``zeros``).
+    - ``key``: PRNG key (keyword-only, required).
+
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
     >>> conv = pm.nn.Conv1d(4, 8, 3, padding="CAUSAL", key=jax.random.key(0))
@@ -237,6 +252,21 @@ class Conv1d(Conv):
 class Conv2d(Conv):
     """``Conv`` with two spatial axes: input ``(*batch, height, width, in_features)``.
 
+    **Arguments:** (``Conv``'s, with ``num_spatial_dims=2``)
+
+    - ``in_features``, ``out_features``: input and output channels.
+    - ``kernel_size``: an int (the same size on each of the 2 spatial axes) or 2
+      sizes.
+    - ``strides`` (default 1), ``input_dilation`` (default 1), ``kernel_dilation``
+      (default 1): an int or one per spatial axis.
+    - ``padding``: ``"SAME"`` (default), ``"VALID"``, ``"CIRCULAR"``, ``"REFLECT"``,
+      an int, or one int or ``(low, high)`` pair per spatial axis.
+    - ``feature_group_count``: channel groups (default 1; ``in_features`` for depthwise).
+    - ``use_bias`` (default ``True``), ``dtype`` (default ``None``: inferred),
+      ``param_dtype`` (default ``float32``), ``precision`` (default ``None``).
+    - ``kernel_init`` (default ``lecun_normal()``), ``bias_init`` (default ``zeros``).
+    - ``key``: PRNG key (keyword-only, required).
+
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
     >>> conv = pm.nn.Conv2d(3, 8, 3, padding="VALID", key=jax.random.key(0))
@@ -256,6 +286,21 @@ class Conv2d(Conv):
 
 class Conv3d(Conv):
     """``Conv`` with three spatial axes: input ``(*batch, depth, height, width, in)``.
+
+    **Arguments:** (``Conv``'s, with ``num_spatial_dims=3``)
+
+    - ``in_features``, ``out_features``: input and output channels.
+    - ``kernel_size``: an int (the same size on each of the 3 spatial axes) or 3
+      sizes.
+    - ``strides`` (default 1), ``input_dilation`` (default 1), ``kernel_dilation``
+      (default 1): an int or one per spatial axis.
+    - ``padding``: ``"SAME"`` (default), ``"VALID"``, ``"CIRCULAR"``, ``"REFLECT"``,
+      an int, or one int or ``(low, high)`` pair per spatial axis.
+    - ``feature_group_count``: channel groups (default 1; ``in_features`` for depthwise).
+    - ``use_bias`` (default ``True``), ``dtype`` (default ``None``: inferred),
+      ``param_dtype`` (default ``float32``), ``precision`` (default ``None``).
+    - ``kernel_init`` (default ``lecun_normal()``), ``bias_init`` (default ``zeros``).
+    - ``key``: PRNG key (keyword-only, required).
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -375,7 +420,23 @@ class ConvTranspose(Module, typecheck=True):
 
 
 class ConvTranspose1d(ConvTranspose):
-    """``ConvTranspose`` with one spatial axis.
+    """``ConvTranspose`` with one spatial axis: input ``(*batch, length, in_features)``.
+
+    **Arguments:** (``ConvTranspose``'s, with ``num_spatial_dims=1``)
+
+    - ``in_features``, ``out_features``: input and output channels.
+    - ``kernel_size``: an int (the same size on each of the 1 spatial axes) or 1
+      sizes.
+    - ``strides`` (default 1; ``s`` upsamples by ``s``), ``kernel_dilation`` (default 1):
+      an int or one per spatial axis.
+    - ``padding``: ``"SAME"`` (default), ``"VALID"``, ``"CIRCULAR"``, or one
+      ``(low, high)`` pair per spatial axis.
+    - ``transpose_kernel`` (default ``False``): store the kernel as ``(*kernel_size,
+      out_features, in_features)`` and flip it (a ``Conv``'s kernel gives its transpose).
+    - ``use_bias`` (default ``True``), ``dtype`` (default ``None``: inferred),
+      ``param_dtype`` (default ``float32``), ``precision`` (default ``None``).
+    - ``kernel_init`` (default ``lecun_normal()``), ``bias_init`` (default ``zeros``).
+    - ``key``: PRNG key (keyword-only, required).
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -395,7 +456,23 @@ class ConvTranspose1d(ConvTranspose):
 
 
 class ConvTranspose2d(ConvTranspose):
-    """``ConvTranspose`` with two spatial axes.
+    """``ConvTranspose`` with two spatial axes: input ``(*batch, height, width, in)``.
+
+    **Arguments:** (``ConvTranspose``'s, with ``num_spatial_dims=2``)
+
+    - ``in_features``, ``out_features``: input and output channels.
+    - ``kernel_size``: an int (the same size on each of the 2 spatial axes) or 2
+      sizes.
+    - ``strides`` (default 1; ``s`` upsamples by ``s``), ``kernel_dilation`` (default 1):
+      an int or one per spatial axis.
+    - ``padding``: ``"SAME"`` (default), ``"VALID"``, ``"CIRCULAR"``, or one
+      ``(low, high)`` pair per spatial axis.
+    - ``transpose_kernel`` (default ``False``): store the kernel as ``(*kernel_size,
+      out_features, in_features)`` and flip it (a ``Conv``'s kernel gives its transpose).
+    - ``use_bias`` (default ``True``), ``dtype`` (default ``None``: inferred),
+      ``param_dtype`` (default ``float32``), ``precision`` (default ``None``).
+    - ``kernel_init`` (default ``lecun_normal()``), ``bias_init`` (default ``zeros``).
+    - ``key``: PRNG key (keyword-only, required).
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -415,7 +492,23 @@ class ConvTranspose2d(ConvTranspose):
 
 
 class ConvTranspose3d(ConvTranspose):
-    """``ConvTranspose`` with three spatial axes.
+    """``ConvTranspose`` with three spatial axes: input ``(*batch, d, h, w, in)``.
+
+    **Arguments:** (``ConvTranspose``'s, with ``num_spatial_dims=3``)
+
+    - ``in_features``, ``out_features``: input and output channels.
+    - ``kernel_size``: an int (the same size on each of the 3 spatial axes) or 3
+      sizes.
+    - ``strides`` (default 1; ``s`` upsamples by ``s``), ``kernel_dilation`` (default 1):
+      an int or one per spatial axis.
+    - ``padding``: ``"SAME"`` (default), ``"VALID"``, ``"CIRCULAR"``, or one
+      ``(low, high)`` pair per spatial axis.
+    - ``transpose_kernel`` (default ``False``): store the kernel as ``(*kernel_size,
+      out_features, in_features)`` and flip it (a ``Conv``'s kernel gives its transpose).
+    - ``use_bias`` (default ``True``), ``dtype`` (default ``None``: inferred),
+      ``param_dtype`` (default ``float32``), ``precision`` (default ``None``).
+    - ``kernel_init`` (default ``lecun_normal()``), ``bias_init`` (default ``zeros``).
+    - ``key``: PRNG key (keyword-only, required).
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm

@@ -1,17 +1,23 @@
 """``Dropout``."""
 
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from jaxtyping import Shaped
 
 from .._errors import LayerConfigError
 from .._module import Module, field
-from .._shapecheck import AnyArray, checked, summary
+from .._shapecheck import AnyArray, call_site, checked, summary
 from .._trace_cache import trace_once
 from . import _ops_dropout as F
-from ._validate import _is_int, integer, probability
+from ._validate import _is_int, integer, prng_key, probability
+
+if TYPE_CHECKING:
+    _Key = jax.Array
+else:  # checked by the layer (a LayerConfigError naming its path), not by beartype
+    _Key = Any
 
 
 class Dropout(Module, typecheck=True):
@@ -24,8 +30,11 @@ class Dropout(Module, typecheck=True):
     - ``deterministic``: the default mode of calls; ``True`` returns the input as it is
       (evaluation). Default ``False`` (training).
 
-    A training call needs ``key=`` (randomness is explicit: no hidden state);
-    ``deterministic=`` at call time overrides the field. No parameters.
+    A training call needs ``key=``, one PRNG key (randomness is explicit: no hidden
+    state); it draws the mask of the whole input. A missing key, a number or a batch of
+    keys is a ``LayerConfigError`` naming the layer's path in the model called
+    (``Model.drop``). ``deterministic=`` at call time overrides the field, and an
+    evaluation call ignores ``key``. No parameters.
 
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -56,7 +65,7 @@ class Dropout(Module, typecheck=True):
         self,
         x: Shaped[AnyArray, "*shape"],
         *,
-        key: jax.Array | None = None,
+        key: _Key | None = None,
         deterministic: bool | None = None,
         out_sharding: Any = None,
     ) -> Shaped[jax.Array, "*shape"]:
@@ -69,15 +78,19 @@ class Dropout(Module, typecheck=True):
                     f"Dropout: broadcast_dims={self.broadcast_dims} names axis {d} but x "
                     f"{summary(x)} has {x.ndim} axes; give axes of the input."
                 )
-        if not det and self.rate > 0.0 and key is None:
-            raise LayerConfigError(
-                f"Dropout(rate={self.rate}) in training mode needs a PRNG key: call "
-                "dropout(x, key=key), or pass deterministic=True in evaluation."
-            )
+        if not det and 0.0 < self.rate < 1.0:
+            if key is None:
+                raise LayerConfigError(
+                    f"{call_site(self, sys._getframe(1))}: Dropout(rate={self.rate}) in "
+                    "training mode needs a PRNG key: call it with key=jax.random.key(seed) "
+                    "(a fresh one each step: jax.random.fold_in(key, step)), or pass "
+                    "deterministic=True in evaluation."
+                )
+            prng_key(call_site(self, sys._getframe(1)), key, calling=True)
         return F.dropout(
             x,
             self.rate,
-            key,
+            None if det else key,  # evaluation ignores the key, whatever it is
             broadcast_dims=self.broadcast_dims,
             deterministic=det,
             out_sharding=out_sharding,

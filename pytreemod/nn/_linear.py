@@ -9,7 +9,7 @@ from jaxtyping import Float
 
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked
-from .._sharding_rules import constrain
+from .._sharding._ops import constrain
 from .._trace_cache import trace_once
 from .._variables import Param
 from . import _ops_linear as F

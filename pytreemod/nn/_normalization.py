@@ -10,7 +10,7 @@ from jaxtyping import Bool, Float
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, checked, fail, summary
-from .._sharding_rules import constrain
+from .._sharding._ops import constrain
 from .._trace_cache import trace_once
 from .._variables import BatchStat, Param
 from . import _ops_norm as F
@@ -48,24 +48,41 @@ def _init_params(
     dtype_arg(owner, "param_dtype", param_dtype, inexact=True)
     callable_arg(owner, "scale_init", scale_init)
     callable_arg(owner, "bias_init", bias_init)
-    custom = (use_scale and scale_init is not _ones) or (use_bias and bias_init is not _zeros)
     if key is not None:
         prng_key(owner, key)
     if key is None:
-        if custom:
-            raise LayerConfigError(
-                f"{owner} got a custom scale_init/bias_init but no key: pass key=... (the "
-                "default ones/zeros initializers need none)."
-            )
         # ones/zeros take no randomness: no key is made or split, so a norm's init
-        # program holds its constants only, as a hand-written init would.
-        scale = Param(filled(shape, 1, param_dtype)) if use_scale else None
-        bias = Param(filled(shape, 0, param_dtype)) if use_bias else None
+        # program holds its constants only, as a hand-written init would. A custom
+        # initializer is called without a key (``ones``, ``constant(v)`` ignore it).
+        scale = bias = None
+        if use_scale:
+            scale = Param(_keyless(owner, "scale_init", scale_init, shape, param_dtype, 1))
+        if use_bias:
+            bias = Param(_keyless(owner, "bias_init", bias_init, shape, param_dtype, 0))
         return scale, bias
     skey, bkey = jax.random.split(key)
     scale = Param(scale_init(skey, shape, param_dtype)) if use_scale else None
     bias = Param(bias_value(bias_init, bkey, shape, param_dtype)) if use_bias else None
     return scale, bias
+
+
+def _keyless(
+    owner: str, name: str, init: Initializer, shape: tuple[int, ...], dtype: Any, fill: float
+) -> jax.Array:
+    """``init``'s value without a PRNG key: ``filled`` for the defaults; a custom
+    initializer is called with ``key=None``, and one that needs randomness (it fails
+    so) is a ``LayerConfigError`` asking for ``key=``."""
+    if init is (_ones if fill == 1 else _zeros):
+        return filled(shape, fill, dtype)
+    try:
+        return jnp.asarray(init(None, shape, dtype))  # type: ignore[arg-type]
+    except Exception as error:
+        raise LayerConfigError(
+            f"{owner}: this {name} needs a PRNG key (called without one it raised "
+            f"{type(error).__name__}: {str(error)[:120]}); pass "
+            "key=jax.random.key(seed). Initializers that take no randomness (ones, zeros, "
+            "constant(v)) need none."
+        ) from None
 
 
 class LayerNorm(Module, typecheck=True):
@@ -83,7 +100,8 @@ class LayerNorm(Module, typecheck=True):
     - ``axis_name``: also average the statistics over this mapped axis (default ``None``).
     - ``use_fast_variance``: ``E[x^2] - E[x]^2`` in one pass (default ``True``, Flax's).
     - ``dtype`` (default ``None``: inferred), ``param_dtype`` (default ``float32``),
-      ``scale_init``, ``bias_init``, ``key`` (only needed by custom initializers).
+      ``scale_init``, ``bias_init``, ``key`` (only needed by initializers that draw
+      random numbers; ``ones``, ``zeros`` and ``constant(v)`` need none).
 
     Statistics are computed in float32 whatever the input dtype.
 
@@ -174,7 +192,7 @@ class RMSNorm(Module, typecheck=True):
     **Arguments:** ``features``; ``epsilon`` (default ``1e-6``, Flax's); ``use_scale``
     (default ``True``, init ``ones``); ``reduction_axes``/``feature_axes`` (default
     ``-1``); ``axis_name``; ``dtype``; ``param_dtype`` (default ``float32``);
-    ``scale_init``; ``key`` (custom initializers only).
+    ``scale_init``; ``key`` (only for initializers that draw random numbers).
 
     >>> import jax.numpy as jnp
     >>> import pytreemod as pm
@@ -258,7 +276,7 @@ class GroupNorm(Module, typecheck=True):
     - ``use_scale``, ``use_bias`` (default ``True``; ``ones``/``zeros``),
       ``reduction_axes`` (default: all but the first; must include the last),
       ``axis_name``, ``use_fast_variance``, ``dtype``, ``param_dtype``, ``scale_init``,
-      ``bias_init``, ``key`` (custom initializers only).
+      ``bias_init``, ``key`` (only for initializers that draw random numbers).
 
     ``GroupNorm(c, num_groups=1)`` is a LayerNorm over all non-batch axes;
     ``group_size=1`` an InstanceNorm.
@@ -363,7 +381,8 @@ class BatchNorm(Module, typecheck=True):
     - ``axis_name``, ``axis_index_groups``: cross-replica statistics under
       ``pm.vmap(..., axis_name=...)`` or ``shard_map`` (default ``None``).
     - ``use_fast_variance`` (default ``True``), ``dtype``, ``param_dtype`` (default
-      ``float32``), ``scale_init``, ``bias_init``, ``key`` (custom initializers only).
+      ``float32``), ``scale_init``, ``bias_init``, ``key`` (only for initializers that
+      draw random numbers).
 
     **State:** ``mean`` (init zeros) and ``var`` (init ones), float32 ``BatchStat``s.
 

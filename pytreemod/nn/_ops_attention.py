@@ -17,7 +17,7 @@ from jaxtyping import Float, Inexact, Integer, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
-from .._sharding_rules import cache_update, constrain, sharding_errors
+from .._sharding._ops import cache_update, constrain, sharding_errors
 from ._checks import error_if
 from ._ops_common import promote_dtype
 from ._ops_dropout import check_rate

@@ -11,7 +11,7 @@ from jaxtyping import Inexact
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, axes_text, checked, fail, python_numbers, summary
-from .._sharding_rules import (
+from .._sharding._ops import (
     constrain,
     convolution,
     explicit_mesh,
@@ -194,7 +194,7 @@ def _convolve(
 ) -> jax.Array:
     """``conv_fn(x, kernel, strides, padding, **args)``; on an Explicit mesh with the
     operands resharded and the output sharding given (see
-    ``pytreemod._sharding_rules.convolution``)."""
+    ``pytreemod._sharding._policy.ExplicitMeshPolicy.convolution``)."""
 
     def shape() -> tuple[int, ...]:
         spec = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, kernel)]

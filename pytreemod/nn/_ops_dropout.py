@@ -10,7 +10,8 @@ from jaxtyping import Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked
-from .._sharding_rules import constrain, draw_kwargs, like
+from .._sharding._ops import constrain, draw_kwargs, like
+from ._validate import prng_key
 
 
 def check_rate(rate: float, owner: str = "dropout") -> None:
@@ -52,6 +53,7 @@ def dropout(
             "dropout with rate > 0 in training mode needs a PRNG key: pass key=... (or "
             "deterministic=True for evaluation)."
         )
+    prng_key("pytreemod.nn.functional.dropout", key, calling=True)
     keep_prob = 1.0 - rate
     shape = list(x.shape)
     for dim in broadcast_dims:

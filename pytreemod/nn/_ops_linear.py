@@ -9,7 +9,7 @@ from jax import lax
 from jaxtyping import Float, Inexact, Integer
 
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
-from .._sharding_rules import (
+from .._sharding._ops import (
     constrain,
     contraction,
     einsum_contraction,

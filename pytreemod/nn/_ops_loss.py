@@ -10,7 +10,7 @@ from jaxtyping import Bool, Float, Integer
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, summary
-from .._sharding_rules import class_pick, constrain
+from .._sharding._ops import class_pick, constrain
 from ._ops_common import canonicalize_axes
 
 _OP = "softmax_cross_entropy_with_integer_labels"

@@ -17,7 +17,7 @@ from jaxtyping import Bool, Float
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, fail, python_numbers, summary
-from .._sharding_rules import constrain, match_trailing, split_last
+from .._sharding._ops import constrain, match_trailing, split_last
 from ._ops_common import as_array, at_least_float32, canonicalize_axes, shared_inexact_dtype
 
 Axes = int | Sequence[int]

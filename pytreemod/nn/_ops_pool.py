@@ -11,7 +11,7 @@ from jaxtyping import Float, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, axes_text, checked, fail, python_numbers, summary
-from .._sharding_rules import constrain
+from .._sharding._ops import constrain
 
 PoolPadding = str | Sequence[tuple[int, int]]
 

@@ -24,7 +24,7 @@ from jaxtyping import Float, Integer, Shaped
 
 from .._errors import LayerConfigError
 from .._shapecheck import AnyArray, checked, python_numbers
-from .._sharding_rules import constrain, explicit_mesh
+from .._sharding._ops import constrain, explicit_mesh
 from ._ops_common import promote_dtype
 from ._ops_linear import linear
 

@@ -11,7 +11,7 @@ from jaxtyping import Integer, Shaped
 from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, fail, summary
-from .._sharding_rules import steady_carry
+from .._sharding._ops import steady_carry
 from .._transforms import Carry, scan
 from . import _ops_recurrent as R
 from ._recurrent import RNNCellBase

@@ -8,7 +8,7 @@ import jax
 
 from .._errors import LayerConfigError
 from .._module import Module, field
-from .._sharding_rules import constrain
+from .._sharding._ops import constrain
 from ._validate import callable_arg
 
 

@@ -77,19 +77,36 @@ def probability(layer: str, name: str, value: Any) -> float:
     return rate
 
 
-def prng_key(layer: str, key: Any) -> jax.Array:
-    """A single PRNG key: a typed key of shape ``()`` or a raw ``uint32[2]`` key."""
+def prng_key(layer: str, key: Any, *, calling: bool = False) -> jax.Array:
+    """A single PRNG key: a typed key of shape ``()`` or a raw ``uint32[2]`` key.
+
+    ``calling``: the key was given to a call (Dropout's ``key=``), not to a constructor;
+    the message says how to draw different masks per example instead of how to build
+    several layers."""
     shape = getattr(key, "shape", None)
     dtype = getattr(key, "dtype", None)
     typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
     raw = dtype == jnp.uint32 and shape == (2,)
     if (typed and shape == ()) or raw:
         return key
-    got = f"a key array of shape {shape}" if typed else repr(key)
-    raise LayerConfigError(
-        f"{layer}: key={got} is not a single PRNG key; pass key=jax.random.key(seed) "
-        "(to build several layers, split it: jax.random.split(key, n))."
-    )
+    if typed:
+        got = f"a batch of keys of shape {shape}" if calling else f"a key array of shape {shape}"
+    elif dtype is not None and shape is not None:
+        got = summary(key)
+    else:
+        got = repr(key)
+    if calling:
+        fix = (
+            "pass one key, key=jax.random.key(seed) (a fresh one each step: "
+            "jax.random.fold_in(key, step)); one key draws the mask of the whole batch, "
+            "and to give each example its own key, jax.vmap the call over split keys"
+        )
+    else:
+        fix = (
+            "pass key=jax.random.key(seed) (to build several layers, split it: "
+            "jax.random.split(key, n))"
+        )
+    raise LayerConfigError(f"{layer}: key={got} is not a single PRNG key; {fix}.")
 
 
 def dtype_arg(layer: str, name: str, dtype: Any, *, inexact: bool = False) -> Any:

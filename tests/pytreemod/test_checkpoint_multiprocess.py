@@ -126,11 +126,20 @@ def worker(process_id: int, port: int, folder: str) -> None:
         checkpointer.save(os.path.join(folder, f"ckpt-{kind}"), state)
         checkpointer.wait_until_finished()
         try:  # one file cannot hold arrays split over processes
-            pm.save(os.path.join(folder, f"single{process_id}.safetensors"), state)
+            pm.save(os.path.join(folder, f"single{process_id}.safetensors"), state, directory=False)
             single = "saved"
         except pm.CheckpointError as e:
             single = str(e)
-        results[kind] = {"losses": losses, "single": single}
+        # by default, a checkpoint directory: each process writes and hashes its shards
+        pm.save(os.path.join(folder, f"dir-{kind}"), state)
+        back = pm.load(os.path.join(folder, f"dir-{kind}"), state)
+        same = jax.jit(
+            lambda a, b: jax.tree.reduce(jnp.logical_and, jax.tree.map(jnp.array_equal, a, b))
+        )
+        reloaded = bool(same(back, state)) and jax.tree.map(jax.typeof, back) == jax.tree.map(
+            jax.typeof, state
+        )
+        results[kind] = {"losses": losses, "single": single, "reloaded": reloaded}
     with open(os.path.join(folder, f"worker{process_id}.json"), "w") as f:
         json.dump(results, f)
     jax.distributed.shutdown()
@@ -175,7 +184,8 @@ def test_two_processes_match_one_and_share_a_checkpoint(
     losses, structure, state = train(mesh)
     for r in (result[kind] for result in results):
         np.testing.assert_allclose(r["losses"], losses, rtol=1e-5, atol=1e-6)
-        assert "split over several processes" in r["single"]
+        assert "split over several processes and no process holds all of it" in r["single"]
+        assert r["reloaded"]  # the two processes read back what they wrote
 
     import orbax.checkpoint as ocp
 
@@ -189,6 +199,37 @@ def test_two_processes_match_one_and_share_a_checkpoint(
     for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
         assert jax.typeof(got) == jax.typeof(want)  # Explicit: the sharding type too
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_directory_two_processes_wrote_loads_in_one_and_is_checksummed(
+    workers: tuple[pathlib.Path, list[Any]], kind: str
+) -> None:
+    """pm.save's directory, written by two processes, into one process's 8 devices; then
+    one flipped byte in one shard file is an error naming the checkpoint and the path."""
+    tmp_path, _ = workers
+    mesh = make_mesh(kind)
+    _, _, state = train(mesh)
+    skeleton = pm.eval_shape(make_mlp, jax.random.key(0))
+    target = pm.abstract(pm.state(skeleton), mesh)
+    folder = tmp_path / f"dir-{kind}"
+    restored = pm.load(folder, target)
+    for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
+        assert jax.typeof(got) == jax.typeof(want)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    version = json.loads((folder / "CHECKPOINT").read_text())["current"]
+    manifest = json.loads((folder / version / "pytreemod.json").read_text())["manifest"]
+    array = manifest["arrays"]["up.kernel"]
+    shard = sorted((folder / version / array).glob("[0-9]*"))[-1]
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(
+        pm.CheckpointFormatError,
+        match=rf"dir-{kind}'?: the stored bytes of \.up\.kernel \(its shard file "
+        rf"'{array}/{shard.name}'\) do not match their checksum",
+    ):
+        pm.load(folder, target)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ attention decode cache; ``out_sharding=`` overrides on layers and functional ops
 ``ShardingError`` a layout the rules cannot resolve raises.
 
 Each case compares the forward pass and the gradients with the unsharded layer and
-checks the output's sharding (the rules are in pytreemod/_sharding_rules.py and the
+checks the output's sharding (the rules are in pytreemod/_sharding/_policy.py and the
 table in docs/sharding.md).
 """
 

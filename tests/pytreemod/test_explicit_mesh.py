@@ -2,7 +2,7 @@
 2x4 meshes: forward and an adam step equal the unsharded model, shardings are kept.
 
 The user writes no ``out_sharding`` and no ``reshard``: the ops derive every output
-sharding from the operands' types (see pytreemod/_sharding_rules.py).
+sharding from the operands' types (see pytreemod/_sharding/_policy.py).
 """
 
 from collections.abc import Callable

@@ -108,17 +108,23 @@ class GraphContext(threading.local):
 GRAPH_CONTEXT = GraphContext()
 
 
-@contextlib.contextmanager
-def static_cache(cache: MutableMapping[Any, StaticCache]) -> Generator[None, None, None]:
-    """Offer ``cache`` to the next ``update_context`` entered (the transform's)."""
-    if GRAPH_CONTEXT.caching:
-        yield
-        return
-    GRAPH_CONTEXT.tmp_static_cache = cache
-    try:
-        yield
-    finally:
-        if GRAPH_CONTEXT.tmp_static_cache is not None:
+class static_cache:  # Flax's name; a class: entered on every cached call
+    """``with static_cache(cache):`` offers ``cache`` to the next ``update_context``
+    entered (the transform's), which must consume it. Reusable."""
+
+    __slots__ = ("cache", "offered")
+
+    def __init__(self, cache: MutableMapping[Any, StaticCache]) -> None:
+        self.cache = cache
+        self.offered = False
+
+    def __enter__(self) -> None:
+        self.offered = not GRAPH_CONTEXT.caching
+        if self.offered:
+            GRAPH_CONTEXT.tmp_static_cache = self.cache
+
+    def __exit__(self, *exc: object) -> None:
+        if self.offered and GRAPH_CONTEXT.tmp_static_cache is not None:
             GRAPH_CONTEXT.tmp_static_cache = None
             raise ValueError(
                 "GRAPH_CONTEXT.tmp_static_cache should be None, no context consumed it."
@@ -408,9 +414,11 @@ def cached_partial(
         is_leaf=lambda x: is_graph_node(x) or isinstance(x, Variable),
     )
 
+    offer = static_cache(cache)
+
     @functools.wraps(f)
     def cache_args_wrapper(*args: Any, **kwargs: Any) -> Any:
-        with static_cache(cache):
+        with offer:
             return f(*cached, *args, **kwargs)
 
     return cache_args_wrapper

@@ -41,6 +41,11 @@ class HashableMapping(Mapping[Any, Any], Hashable):
     def __getitem__(self, key: Any) -> Any:
         return self._mapping[key]
 
+    def get(self, key: Any, default: Any = None) -> Any:
+        # The inner mapping's own get (Mapping.get goes through __getitem__ and a
+        # KeyError): graph flattening asks once per attribute of every node.
+        return self._mapping.get(key, default)
+
     def __iter__(self) -> Iterator[Any]:
         return iter(self._mapping)
 

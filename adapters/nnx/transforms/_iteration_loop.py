@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import jax
 
 from .. import graphlib
+from ..extract import sort_attributes
 from ..statelib import State
 from ._iteration_axes import check_prefix, is_node
 from ._iteration_lift import Lowered, Split, lower, metadata_hook, split_nodes, write_back
@@ -29,6 +30,8 @@ class _Loop:
         self.fn_name, self.graph_updates = fn_name, graph_updates
         check_inputs(fn_name, graph, (init_val,), 0)
         self.low: Lowered = lower(init_val, 0)
+        if graph and graph_updates:
+            sort_attributes(self.low.nodes)
         self.split, self.values = split_nodes(self.low.nodes, self.low.prefixes)
 
     def init(self) -> tuple[list[Any], list[Any]]:

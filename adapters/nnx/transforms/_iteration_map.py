@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 from .. import graphlib
+from ..extract import sort_attributes
 from ..module import Module
 from ._iteration_axes import Carry, StateAxes, axis_of, check_prefix, is_prefix_leaf, is_tree_state
 from ._iteration_lift import (
@@ -189,6 +190,8 @@ def map_call(
         in_axes = tuple(in_axes)
     check_inputs(fn_name, graph, args, in_axes)
     low = lower(args, in_axes)
+    if graph and graph_updates:
+        sort_attributes(low.nodes)
     split, values = split_nodes(low.nodes, low.prefixes)
     mapped = [i for i, a in enumerate(low.plain_axes) if a is not None]
     known = spec_axes(in_axes, out_axes)

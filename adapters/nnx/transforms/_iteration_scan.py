@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import graphlib
+from ..extract import sort_attributes
 from ..statelib import State
 from ..variablelib import Variable
 from ._iteration_axes import Carry, carry_index, check_out_axes, check_prefix, is_node
@@ -278,6 +279,8 @@ def _make_body(f: Callable[..., Any], spec: Any, opts: dict[str, Any]) -> Callab
 
 def _run(body: Callable[..., Any], args: tuple[Any, ...], spec: Any, opts: dict[str, Any]) -> Any:
     low = lower(args, spec)
+    if opts["graph"] and opts["graph_updates"]:
+        sort_attributes(low.nodes)
     split, values = split_nodes(low.nodes, low.prefixes)
     plan = _Plan(low, split)
     carry = (

@@ -16,10 +16,11 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
-from .. import extract, filterlib, graphlib
+from .. import _structure, extract, filterlib, graphlib, tracers
 from ..extract import NodeSlot, PrefixMapping, TreeState
 from ..statelib import State, to_flat_state
 from ..variablelib import Variable
+from ._jit_plan import PlanCache, build_plan, fast_pure
 from .general import raise_bound_method_error, resolve_bound_callable
 
 P = ParamSpec("P")
@@ -178,6 +179,7 @@ class JitWrapped(Generic[P, R]):
         extract.check_prefix(out_shardings, "out_shardings", "jit", graph, graph_updates)
         self.fun = fun
         self.graph, self.graph_updates = graph, graph_updates
+        self.modes = (graph, graph_updates)
         self.partial_args = partial_args
         self.static_nums, self.static_names = resolve_argnums(fun, static_argnums, static_argnames)
         self.donate_nums, self.donate_names = resolve_argnums(fun, donate_argnums, donate_argnames)
@@ -215,6 +217,22 @@ class JitWrapped(Generic[P, R]):
             inline=inline,
             **options,
         )
+        # The fast path (see _jit_plan): the same pure function behind a static PlanKey
+        # and two flat value lists (donated, kept); shardings take the full path.
+        self.plans: PlanCache | None = None
+        if in_shardings is None and out_shardings is None:
+            self.plans = PlanCache()
+            self.fast_jitted = jax.jit(
+                fast_pure(pure),
+                static_argnums=(0, *_shift(self.static_nums, 3)),
+                static_argnames=self.static_names,
+                donate_argnums=(1, *_shift(self.donate_nums, 3)),
+                donate_argnames=self.donate_names,
+                keep_unused=keep_unused,
+                device=device,
+                backend=backend,
+                inline=inline,
+            )
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
@@ -308,9 +326,35 @@ class JitWrapped(Generic[P, R]):
         return lookup
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        plans = self.plans
+        if plans is None:
+            pargs, pkwargs, lowered = self._lower(args, kwargs)
+            updates, out = self.jitted(*pargs, **pkwargs)
+            return lowered.finish(updates, out)
+        full = (*self.partial_args, *args) if self.partial_args else args
+        for plan in plans.plans:
+            if plan.matches(full, kwargs):
+                plans.last_used = True
+                graphlib.GRAPH_CONTEXT.tmp_static_cache = None  # cached_partial's handshake
+                return plan.run(self.fast_jitted, full, kwargs, self.modes)
+        epoch, token = _structure.epoch(), tracers.current_jax_trace()
         pargs, pkwargs, lowered = self._lower(args, kwargs)
-        updates, out = self.jitted(*pargs, **pkwargs)
-        return lowered.finish(updates, out)
+        plan = None
+        if plans.enabled:
+            n = len(full)
+            static = {i % n for i in self.static_nums if -n <= i < n}
+            plan = build_plan(full, kwargs, pargs, lowered, static, epoch, token)
+        if plan is None:
+            updates, out = self.jitted(*pargs, **pkwargs)
+            return lowered.finish(updates, out)
+        # A call that can take the fast path takes it now, so that later calls reuse
+        # this trace; the plan is kept if the call changed no structure.
+        result = plan.run(self.fast_jitted, full, kwargs, self.modes)
+        if _structure.epoch() == epoch:
+            plans.add(plan)
+        else:
+            plans.discard()
+        return result
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         pargs, pkwargs, _ = self._lower(args, kwargs)
@@ -362,6 +406,12 @@ class Traced(Stage):
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         return Lowered(self._inner.lower(*args, **kwargs), self._wrapped)
+
+
+def _shift(nums: tuple[int, ...], by: int) -> tuple[int, ...]:
+    """Argument numbers of a function called with ``by`` more leading arguments
+    (negative numbers count from the end and stay)."""
+    return tuple(i + by if i >= 0 else i for i in nums)
 
 
 def _follow(tree: Any, keypath: Sequence[Any]) -> Any:

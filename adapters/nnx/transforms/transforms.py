@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import jax
 from jax.experimental import checkify as jax_checkify
 
-from .. import extract
+from .. import extract, graphlib, spmd, variablelib
 from .general import Purify, check_unbound, lifted_call
 
 A = TypeVar("A")
@@ -47,8 +47,28 @@ def eval_shape(
         # Outputs never alias the (unchanged) inputs here: lower them on their own.
         return extract.lower_outputs(out)
 
-    out = jax.eval_shape(pure, *pargs, **pkwargs)
-    return extract.raise_outputs(out)
+    out = extract.raise_outputs(jax.eval_shape(pure, *pargs, **pkwargs))
+    if graph and updates:
+        _attach_abstract_shardings(out)
+    return out
+
+
+def _attach_abstract_shardings(out: Any) -> None:
+    """Give each abstract Variable value without a sharding the ``NamedSharding`` its
+    metadata asks for, on the Variable's ``mesh`` or else the active mesh (as
+    ``flax.nnx.eval_shape`` does: an Auto mesh does not put shardings on the shapes)."""
+    active = jax.sharding.get_abstract_mesh()
+    active = None if active.empty else active
+    for _, node in graphlib.iter_graph(out):
+        if not isinstance(node, variablelib.Variable):
+            continue
+        value = node.get_raw_value()
+        mesh = node.get_metadata("mesh", None) or active
+        if mesh is None or not isinstance(value, jax.ShapeDtypeStruct) or value.sharding:
+            continue
+        spec = spmd.get_var_pspec(node) or jax.sharding.PartitionSpec()
+        sharding = jax.sharding.NamedSharding(mesh, spec)
+        node.set_raw_value(jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding))
 
 
 def cond(

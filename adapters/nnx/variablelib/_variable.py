@@ -17,7 +17,7 @@ from adapters import errors
 from adapters.core import spmd as core_spmd
 from adapters.typing import MISSING, Missing
 
-from .. import reprlib, tracers
+from .. import _structure, reprlib, tracers
 from ._defaults import _current_defaults, using_eager_sharding
 from ._metadata import (
     _HOOKS,
@@ -294,6 +294,7 @@ class Variable(
         one entry, ``set_metadata(**entries)`` updates entries. ``hijax`` and ``ref`` (and,
         with a whole dict, ``eager_sharding``) cannot change."""
         self._check_can_update()
+        _structure.bump()
         if args and kwargs:
             raise TypeError("Cannot mix positional and keyword arguments in set_metadata")
         if len(args) == 1:
@@ -341,6 +342,7 @@ class Variable(
         self._check_can_update()
         if name in ("hijax", "ref"):
             raise ValueError(f"Cannot delete `{name}` metadata")
+        _structure.bump()
         del self._var_metadata[name]
 
     # -- value -----------------------------------------------------------------------
@@ -355,6 +357,7 @@ class Variable(
         if self is other:
             return
         self._raw_value = other._raw_value
+        _structure.bump()
         self._var_metadata.clear()
         self._var_metadata.update(other.get_metadata())
 
@@ -362,6 +365,7 @@ class Variable(
         """Take the raw value and metadata of ``variable_state``, keeping ``hijax``/``ref``."""
         self._raw_value = variable_state._raw_value
         if self._var_metadata != variable_state._var_metadata:
+            _structure.bump()
             metadata = variable_state.get_metadata()
             metadata["hijax"] = self.hijax
             metadata["ref"] = self.ref

@@ -161,7 +161,7 @@ def test_group_norm_configuration_errors() -> None:
         pm.nn.GroupNorm(6, 4)
     with pytest.raises(pm.LayerConfigError, match=r"exactly one of num_groups and group_size"):
         pm.nn.GroupNorm(6, 3, group_size=2)
-    with pytest.raises(pm.LayerConfigError, match=r"custom scale_init/bias_init but no key"):
+    with pytest.raises(pm.LayerConfigError, match=r"GroupNorm: this scale_init needs a PRNG key"):
         pm.nn.GroupNorm(6, 3, scale_init=normal)
 
 

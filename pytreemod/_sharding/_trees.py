@@ -1,156 +1,30 @@
-"""Sharding from axis metadata: logical axis rules, ``PartitionSpec``s and ``NamedSharding``s.
-
-Axis-metadata boxes record one name per array axis. This module turns those names into
-``jax.sharding`` objects and nothing else: the sharding itself runs on JAX's SPMD machinery
-(``Mesh``, ``NamedSharding``, ``jax.jit`` with shardings, ``with_sharding_constraint``).
-
-- **Logical axis rules** map logical names (``"batch"``, ``"embed"``, ``"mlp"``) to mesh
-  axes (``"data"``, ``"model"``, a tuple of mesh axes, or ``None`` for replicated). They
-  are set with the ``logical_axis_rules(rules)`` context manager (nestable: the innermost
-  rules replace the outer ones until the block ends) or ``set_logical_axis_rules``.
-- **Resolution** follows Flax's ``logical_to_mesh_axes``: the rules are taken in order of
-  precedence; a rule ``(name, mesh_axes)`` assigns ``mesh_axes`` to the array axis called
-  ``name`` if that axis has no assignment yet and none of ``mesh_axes`` is used by another
-  axis of the same array. An axis that no rule assigns is replicated (``None``).
-- **Which names are logical.** ``Partitioned`` names are resolved through the active rules
-  when rules are active (non-empty) and taken literally as mesh axis names otherwise.
-  ``LogicallyPartitioned`` names and the names given to ``with_logical_constraint`` are
-  always logical: they resolve through the box's own rules or the active ones, and with no
-  rules at all every axis is replicated.
-
-The rules and the resolution of names live in ``_axis_rules`` (below ``_meta``, which
-``Partitioned`` needs); this module adds ``LogicallyPartitioned`` and the functions over
-trees, and re-exports the rest.
-
-Rules are read when a function is traced: a function jitted under one set of rules keeps
-them baked into its compiled version.
+"""Sharding whole trees: specs, shardings and placement of every boxed array, the
+logical constraint of a tree of activations, and arrays born sharded.
 """
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.core
 import jax.tree_util as jtu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from ._axis_rules import (
-    _RULES,
-    _assign,
-    _check_rank,
-    _constrain,
-    _context_mesh,
-    _is_logical_spec,
-    _mesh_axes_set,
-    _named_sharding,
-    _names_spec,
-    _ndim,
-    _normalize_rules,
-    _pick_mesh,
-    _spec,
-)
-from ._axis_rules import AnyMesh as AnyMesh
-from ._axis_rules import LogicalRules as LogicalRules
-from ._axis_rules import MeshAxes as MeshAxes
-from ._axis_rules import RulesFallback as RulesFallback
-from ._axis_rules import get_logical_axis_rules as get_logical_axis_rules
-from ._axis_rules import logical_axis_rules as logical_axis_rules
-from ._axis_rules import logical_to_mesh as logical_to_mesh
-from ._axis_rules import logical_to_mesh_axes as logical_to_mesh_axes
-from ._axis_rules import logical_to_mesh_sharding as logical_to_mesh_sharding
-from ._axis_rules import set_logical_axis_rules as set_logical_axis_rules
-from ._errors import ShardingError
-from ._meta import Partitioned, unbox
-from ._module import field
-from ._sharding_rules import entries, reshard, type_sharding
-from ._tree import format_path
-from ._variables import Variable
-
-# ----------------------------------------------------------------------------- boxes
-
-
-def _optional_rules(rules: Any) -> LogicalRules | None:
-    return None if rules is None else _normalize_rules(rules)
+from .._errors import ShardingError
+from .._meta import unbox
+from .._tree import format_path
+from .._variables import Variable
+from ._apply import constrain
+from ._boxes import LogicallyPartitioned, Partitioned
+from ._mesh import AnyMesh as AnyMesh
+from ._mesh import context_mesh, named_sharding, ndim, pick_mesh, type_sharding
+from ._resolve import RulesFallback, is_logical_spec, mesh_axes_set, resolve, spec
+from ._rules import get_logical_axis_rules, normalize_rules
+from ._types import entries, reshard
 
 
 def _has_shape(x: Any) -> bool:
-    return _ndim(x) is not None and hasattr(x, "shape")
-
-
-def _check_box_rank(box: Partitioned, where: str) -> None:
-    _check_rank(box.value, box.names, type(box).__name__, where)
-
-
-def _box_spec(box: Partitioned, rules: LogicalRules, where: str = "") -> PartitionSpec:
-    _check_box_rank(box, where)
-    if type(box).get_partition_spec is not Partitioned.get_partition_spec:
-        # A box that knows its own resolution (LogicallyPartitioned, user subclasses).
-        return box.get_partition_spec()
-    return _names_spec(box.names, rules, where)
-
-
-class LogicallyPartitioned(Partitioned):
-    """A ``Partitioned`` box whose names are always logical (as in Flax).
-
-    Its names resolve through its own ``rules`` if given, else through the active logical
-    axis rules; with no rules at all every axis is replicated. (A plain ``Partitioned``
-    with no rules active takes its names literally as mesh axes.)
-
-    **Fields:**
-
-    - ``value``, ``names``, ``mesh``: as in ``Partitioned``.
-    - ``rules``: optional logical axis rules for this box, overriding the active ones.
-
-    ``unbox()`` returns the value with ``with_logical_constraint`` applied when the value
-    is being traced (inside ``jax.jit`` and other transforms) and a mesh is known (the
-    box's ``mesh`` or one set with ``jax.set_mesh``); otherwise it returns the value as is.
-    ``unbox(apply_constraint=False)`` never adds the constraint.
-    """
-
-    rules: LogicalRules | None = field(static=True, default=None, converter=_optional_rules)
-
-    def unbox(self, apply_constraint: bool = True) -> Any:
-        value = self.value
-        if not apply_constraint or not isinstance(value, jax.core.Tracer):
-            return value
-        return _constrain(value, self.names, self.rules, self.mesh, RulesFallback.AXIS_IS_UNSHARDED)
-
-    def get_partition_spec(self) -> PartitionSpec:
-        """The ``PartitionSpec`` of the names resolved through the box's or active rules."""
-        rules = self.rules if self.rules is not None else _RULES.get()
-        return _spec(_assign(self.names, rules))
-
-    def get_sharding(self, mesh: AnyMesh | None = None) -> NamedSharding:
-        """The ``NamedSharding`` on ``mesh`` (default: the box's mesh, else the context's)."""
-        chosen = _pick_mesh(mesh, self.mesh, "")
-        return _named_sharding(chosen, self.get_partition_spec(), "")
-
-
-def with_logical_partitioning(
-    fn: Callable[..., Any],
-    names: Sequence[str | None],
-    mesh: Mesh | None = None,
-    rules: Sequence[tuple[str, Any]] | None = None,
-) -> Callable[..., LogicallyPartitioned]:
-    """Wrap an initializer so the array it returns is boxed as ``LogicallyPartitioned``.
-
-    >>> import jax
-    >>> import pytreemod as pm
-    >>> init = pm.with_logical_partitioning(jax.nn.initializers.zeros, ("embed", "mlp"))
-    >>> init(jax.random.key(0), (4, 8)).get_partition_spec()
-    P(None, None)
-    """
-    names = tuple(names)
-
-    def wrapper(*args: Any, **kwargs: Any) -> LogicallyPartitioned:
-        return LogicallyPartitioned(fn(*args, **kwargs), names, mesh, rules)
-
-    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-    return wrapper
-
-
-# ----------------------------------------------------------------------------- trees
+    return ndim(x) is not None and hasattr(x, "shape")
 
 
 def _is_partitioned(x: Any) -> bool:
@@ -179,11 +53,11 @@ def get_partition_spec(tree: Any) -> Any:
     >>> specs["w"].value, specs["b"]
     (P(None, 'model'), P())
     """
-    rules = _RULES.get()
+    rules = get_logical_axis_rules()
 
     def f(path: Any, x: Any) -> Any:
         if isinstance(x, Partitioned):
-            return _box_spec(x, rules, _where(path))
+            return x._partition_spec(rules, _where(path))
         if _has_shape(x):
             return PartitionSpec()
         return None
@@ -199,16 +73,15 @@ def get_sharding(tree: Any, mesh: AnyMesh | None = None) -> Any:
     ``None``. The result fits ``jax.device_put`` and the ``in_shardings``/``out_shardings``
     of ``jax.jit`` (a box is one leaf there: its sharding applies to its value).
     """
-    rules = _RULES.get()
+    rules = get_logical_axis_rules()
 
     def f(path: Any, x: Any) -> Any:
         where = _where(path)
         if isinstance(x, Partitioned):
-            return _named_sharding(
-                _pick_mesh(mesh, x.mesh, where), _box_spec(x, rules, where), where
-            )
+            chosen = pick_mesh(mesh, x.mesh, where)
+            return named_sharding(chosen, x._partition_spec(rules, where), where)
         if _has_shape(x):
-            return NamedSharding(_pick_mesh(mesh, None, where), PartitionSpec())
+            return NamedSharding(pick_mesh(mesh, None, where), PartitionSpec())
         return None
 
     return jtu.tree_map_with_path(f, tree, is_leaf=_is_partitioned)
@@ -310,9 +183,9 @@ def with_logical_constraint(
     that XLA's propagation honours.
     """
     x = unbox(x)
-    normalized = None if rules is None else _normalize_rules(rules)
+    normalized = None if rules is None else normalize_rules(rules)
     spec_leaves, spec_def = jtu.tree_flatten_with_path(
-        logical_axis_resources, is_leaf=_is_logical_spec
+        logical_axis_resources, is_leaf=is_logical_spec
     )
     try:
         subtrees = spec_def.flatten_up_to(x)
@@ -332,7 +205,7 @@ def with_logical_constraint(
                 return leaf
             full = (*prefix, *path)
             where = _where(full) if full else ""
-            return _constrain(leaf, names, normalized, mesh, fallback, where)
+            return constrain(leaf, names, normalized, mesh, fallback, where)
 
         out.append(jtu.tree_map_with_path(one, subtree))
     return spec_def.unflatten(out)
@@ -346,20 +219,20 @@ def logical_zeros(shape: Sequence[int], dtype: Any, names: Sequence[Any]) -> Log
     mesh axes cannot split its axis evenly (a batch of 1 over ``data``) is dropped: that
     axis is replicated. Without active rules or a mesh: plain zeros in the box."""
     shape, names = tuple(shape), tuple(names)
-    mesh = _context_mesh()
-    rules = _RULES.get()
+    mesh = context_mesh()
+    rules = get_logical_axis_rules()
     if not rules or mesh is None:
         return LogicallyPartitioned(jax.numpy.zeros(shape, dtype), names)
     sizes = dict(mesh.shape)
-    assigned = _assign(names, rules)
+    assigned = resolve(names, rules)
     names = tuple(
-        n if size % math.prod(sizes.get(a, 1) for a in _mesh_axes_set(axes)) == 0 else None
+        n if size % math.prod(sizes.get(a, 1) for a in mesh_axes_set(axes)) == 0 else None
         for n, axes, size in zip(names, assigned, shape)
     )
-    sharding = _named_sharding(mesh, _spec(_assign(names, rules)), "")
+    sharding = named_sharding(mesh, spec(resolve(names, rules)), "")
     if isinstance(mesh, jax.sharding.AbstractMesh):  # inside jax.jit
         value = jax.numpy.zeros(shape, dtype)
-        value = _constrain(value, names, None, None, RulesFallback.AXIS_IS_UNSHARDED)
+        value = constrain(value, names, None, None, RulesFallback.AXIS_IS_UNSHARDED)
     else:
         value = jax.numpy.zeros(shape, dtype, device=sharding)
     return LogicallyPartitioned(value, names)
@@ -385,7 +258,7 @@ def replicate_axis(x: Any, axis: int) -> Any:
     axis = axis % x.ndim
     ents = entries(x)
     types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types))
-    if not any(types[a] == jax.sharding.AxisType.Explicit for a in ents[axis]):
+    if not any(types[a] == AxisType.Explicit for a in ents[axis]):
         return x
     ents[axis] = ()
     return reshard(x, sharding.mesh, ents)

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 
 import jax
 
-from ._meta import Partitioned
-from ._partition import _build, _split
-from ._sharding import AnyMesh, _check_fits, get_sharding
-from ._tree import format_path
-from ._variables import Variable
+from .._partition import _build, _split
+from .._tree import format_path
+from .._variables import Variable
+from ._boxes import Partitioned
+from ._trees import AnyMesh, _check_fits, get_sharding
 
 T = TypeVar("T")
 

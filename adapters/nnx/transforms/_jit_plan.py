@@ -1,0 +1,360 @@
+"""``nnx.jit``'s fast path: a call plan remembered from one full lowering.
+
+A full ``nnx.jit`` call walks the object graphs of its arguments (``extract.lower``: a
+joint ``graphlib.split``), builds a ``NodeSlot`` per graph node whose static part holds
+the GraphDef, lets ``jax.jit`` hash and compare that static part, and writes the
+changed Variables back. For a small model the walk and the comparison cost several
+times the compiled computation. A ``Plan`` keeps what the walk found for one set of
+argument objects: the caller's Variables in the order the slots carry them, and a
+``PlanKey`` (the slots' static parts, hashed once). While nothing structural has changed
+(``_structure``'s epoch, the snapshots of plain containers, the identity of the node
+arguments, the JAX trace), a call reads the Variables' raw values into two flat lists
+(donated, kept), calls a second ``jax.jit`` of the same pure function whose static
+argument is the ``PlanKey``, and writes the changed values back by index. The traced
+function is the full path's (the key rebuilds the very slots the full path passes), so
+both paths compute the same thing; the fast one skips only the walk and the hashing.
+
+A plan is built from a full call that changed no structure (no graph update, no
+replaced non-Variable leaf) and whose arguments are graph nodes only at the top level
+(and not Variables, ``ref``/``hijax`` Variables inside, shardings or graph contexts);
+anything else takes the full path, as does every call after a structural change until
+the next plan.
+"""
+
+import dataclasses
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from ...errors import TraceContextError
+from .. import _structure, extract, graphlib, tracers
+from ..extract import Lowered, NodeSlot, SlotInfo
+from ..pytreelib import Pytree, PytreeState
+from ..statelib import State
+from ..variablelib import Variable
+
+_MAX_PLANS = 4
+_MAX_WASTED = 4
+_FAST_LEAF_TYPES = frozenset(
+    {type(jax.numpy.zeros(())), np.ndarray, int, float, bool, complex, type(None)}
+)
+
+
+class _Const:
+    """A non-Variable leaf of the joint state (an array attribute): read like a Variable."""
+
+    __slots__ = ("_raw_value",)
+
+    def __init__(self, value: Any) -> None:
+        self._raw_value = value
+
+
+class PlanKey:
+    """The static argument of the fast ``jax.jit``: where the node arguments go and how
+    to rebuild their slots from the flat value lists (hashed once, compared by identity
+    first)."""
+
+    __slots__ = ("_hash", "positions", "slots")
+
+    def __init__(
+        self,
+        positions: tuple[int, ...],
+        slots: tuple[tuple[SlotInfo, bool, tuple[tuple[Any, ...], ...]], ...],
+    ) -> None:
+        self.positions = positions
+        self.slots = slots  # per slot: info, donated, per group the builders of its leaves
+        self._hash = hash((positions, slots))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, PlanKey)
+            and self._hash == other._hash
+            and self.positions == other.positions
+            and self.slots == other.slots
+        )
+
+    def rebuild(self, donated: list[Any], kept: list[Any]) -> list[NodeSlot]:
+        """The slots the full path would pass, from the traced value lists."""
+        sources = (iter(kept), iter(donated))
+        out = []
+        for info, is_donated, groups in self.slots:
+            values = sources[is_donated]
+            out.append(
+                NodeSlot(
+                    info,
+                    tuple(tuple(_build(b, next(values)) for b in group) for group in groups),
+                )
+            )
+        return out
+
+
+def _build(builder: Any, value: Any) -> Any:
+    return value if builder is None else builder.unflatten([value])
+
+
+def fast_pure(pure: Callable[..., Any]) -> Callable[..., Any]:
+    """The function the fast ``jax.jit`` traces: ``pure`` on the rebuilt slots.
+
+    Its result is shaped for JAX's C++ pytree code (no Python-registered node in the
+    common case): ``(changed, updates, out, lowered_out)`` where ``changed`` maps joint
+    indices to the new raw values of the Variables that changed, ``updates`` is the full
+    path's ``Updates`` only when the structure changed (else None), and the output is
+    ``out`` when it holds no graph node, else ``lowered_out`` (its nodes as slots)."""
+
+    def run(key: PlanKey, donated: list[Any], kept: list[Any], *args: Any, **kwargs: Any) -> Any:
+        full = list(args)
+        for position, slot in zip(key.positions, key.rebuild(donated, kept)):
+            full[position] = slot
+        updates, out = pure(*full, **kwargs)
+        has_slots = any(
+            isinstance(x, NodeSlot) for x in jax.tree_util.tree_leaves(out, is_leaf=extract.is_slot)
+        )
+        plain, slotted = (None, out) if has_slots else (out, None)
+        if updates.joint is None and not updates.raw_paths:
+            return dict(zip(updates.indices, updates.values)), None, plain, slotted
+        return {}, updates, plain, slotted
+
+    return run
+
+
+def _has_nodes(x: Any) -> bool:
+    return any(
+        extract.is_node_leaf(leaf)
+        for leaf in jax.tree_util.tree_leaves(x, is_leaf=extract.is_node_leaf)
+    )
+
+
+def _plain(x: Any) -> bool:
+    return type(x) in _FAST_LEAF_TYPES or not _has_nodes(x)
+
+
+@dataclasses.dataclass(eq=False)
+class Plan:
+    """One remembered lowering (see the module docstring)."""
+
+    key: PlanKey
+    n_args: int
+    kw_names: tuple[str, ...]
+    refs: tuple[tuple[int, "weakref.ref[Any]"], ...]
+    others: tuple[int, ...]  # dynamic positions holding no node
+    donated: list[Any]  # Variables (or _Const) read into the donated list
+    kept: list[Any]
+    leaves: list[Any]  # the joint state's leaves (Updates index into it)
+    paths: list[Any]
+    snapshots: list[tuple[Any, Any, tuple[Any, ...]]]
+    epoch: int
+    token: Any
+    finalizers: list[Any] = dataclasses.field(default_factory=list)
+
+    def matches(self, full: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        if len(full) != self.n_args or _structure.COUNTER.epoch != self.epoch:
+            return False
+        for position, ref in self.refs:
+            if full[position] is not ref():
+                return False
+        for position in self.others:
+            arg = full[position]
+            if type(arg) not in _FAST_LEAF_TYPES and _has_nodes(arg):
+                return False
+        if (kwargs or self.kw_names) and (
+            tuple(sorted(kwargs)) != self.kw_names or not all(map(_plain, kwargs.values()))
+        ):
+            return False
+        ctx = graphlib.GRAPH_CONTEXT
+        if ctx.update_context_stacks or ctx.ref_index_stack or ctx.index_ref_stack:
+            return False
+        if self.snapshots:
+            return all(_signature(node, impl) == sig for node, impl, sig in self.snapshots)
+        return True
+
+    def run(
+        self, jitted: Any, full: tuple[Any, ...], kwargs: dict[str, Any], modes: tuple[bool, bool]
+    ) -> Any:
+        args = list(full)
+        for position in self.key.positions:
+            args[position] = None
+        changed, updates, plain, slotted = jitted(
+            self.key,
+            [s._raw_value for s in self.donated],
+            [s._raw_value for s in self.kept],
+            *args,
+            **kwargs,
+        )
+        if updates is None:
+            leaves = self.leaves
+            if changed and tracers.current_jax_trace() != self.token:
+                # Values traced under another trace would leak into the caller's Variables.
+                raise TraceContextError(
+                    f"Cannot mutate {type(leaves[next(iter(changed))]).__name__} "
+                    "from a different trace level"
+                )
+            for i, value in changed.items():
+                object.__setattr__(leaves[i], "_raw_value", value)
+            return plain if slotted is None else extract.raise_outputs(slotted)
+        nodes = tuple(full[p] for p in self.key.positions)
+        lowered = Lowered(nodes, self.leaves, self.paths, modes[0], modes[1], "jit")
+        return lowered.finish(updates, plain if slotted is None else slotted)
+
+
+def _signature(node: Any, impl: Any) -> tuple[Any, ...]:
+    return tuple((k, id(v)) for k, v in impl.node_dict(node).items())
+
+
+def _walk(nodes: tuple[Any, ...]) -> tuple[list[int], list[Any]] | None:
+    """The ids of the objects to watch and the snapshots of plain containers under
+    ``nodes``; None if a Variable there cannot take the fast path (ref/hijax)."""
+    watched: list[int] = []
+    snapshots: list[Any] = []
+    seen: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(n, False) for n in nodes]
+    while stack:
+        node, owned = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Variable):
+            if node.get_metadata("ref", False) or node.get_metadata("hijax", False):
+                return None
+            continue
+        impl = graphlib.get_node_impl(node)
+        if impl is None:
+            continue
+        if isinstance(node, Pytree):
+            watched.append(id(node))
+        elif isinstance(node, State):
+            owned = True  # its entries change through State's own (hooked) methods
+        elif not (owned or node is None or isinstance(node, (tuple, PytreeState))):
+            snapshots.append((node, impl, _signature(node, impl)))
+        stack.extend((child, owned) for child in impl.node_dict(node).values())
+    return watched, snapshots
+
+
+def build_plan(
+    full: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    pargs: tuple[Any, ...],
+    lowered: Lowered,
+    static: set[int],
+    epoch: int,
+    token: Any,
+) -> Plan | None:
+    """A plan from one full lowering (``pargs``: the lowered positional arguments), or
+    None where the call cannot take the fast path."""
+    positions: list[int] = []
+    others: list[int] = []
+    for i, (arg, low) in enumerate(zip(full, pargs)):
+        if i in static:
+            continue
+        if isinstance(low, NodeSlot):
+            if isinstance(arg, Variable) or low.meta is not None:
+                return None
+            positions.append(i)
+        elif not _plain(arg):
+            return None
+        else:
+            others.append(i)
+    if not all(map(_plain, kwargs.values())):
+        return None
+    walked = _walk(lowered.nodes)
+    if walked is None:
+        return None
+    watched, snapshots = walked
+    position_of = {id(v): j for j, v in enumerate(lowered.leaves)}
+    donated: list[Any] = []
+    kept: list[Any] = []
+    specs = []
+    for i in positions:
+        slot: NodeSlot = pargs[i]
+        is_donated = slot.info.keep_all
+        target = donated if is_donated else kept
+        groups = []
+        for group in slot.groups:
+            builders = []
+            for leaf in group:
+                if isinstance(leaf, Variable):
+                    if not leaf._trace_state.is_valid():
+                        return None
+                    builders.append(jax.tree_util.tree_structure(leaf, is_leaf=_below(leaf)))
+                    target.append(leaf)
+                else:
+                    if is_donated:
+                        return None  # a donated array attribute would not come back
+                    builders.append(None)
+                    target.append(_Const(leaf))
+                if id(leaf) not in position_of:
+                    return None
+            groups.append(tuple(builders))
+        specs.append((slot.info, is_donated, tuple(groups)))
+    if len(donated) + len(kept) != len(lowered.leaves):
+        return None
+    try:
+        refs = tuple((i, weakref.ref(full[i])) for i in positions)
+    except TypeError:
+        return None
+    _structure.watch(watched)
+    return Plan(
+        key=PlanKey(tuple(positions), tuple(specs)),
+        n_args=len(full),
+        kw_names=tuple(sorted(kwargs)),
+        refs=refs,
+        others=tuple(others),
+        donated=donated,
+        kept=kept,
+        leaves=lowered.leaves,
+        paths=lowered.paths,
+        snapshots=snapshots,
+        epoch=epoch,
+        token=token,
+    )
+
+
+def _below(root: Any) -> Callable[[Any], bool]:
+    return lambda x: x is not root
+
+
+class PlanCache:
+    """The plans of one ``nnx.jit`` function: a few, newest first; a plan whose node
+    argument dies is dropped. Building stops after ``_MAX_WASTED`` plans that no call
+    reused (a caller that changes structure on every call)."""
+
+    def __init__(self) -> None:
+        self.plans: list[Plan] = []
+        self.wasted = 0
+        self.last_used = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.wasted < _MAX_WASTED
+
+    def discard(self) -> None:
+        """A plan was built for a call that changed structure: it cannot be reused."""
+        self.wasted += 1
+
+    def add(self, plan: Plan) -> None:
+        if not self.last_used:
+            self.wasted += 1
+        self.last_used = False
+        kept, dropped = [], []
+        for p in self.plans:
+            same_nodes = [r() for _, r in p.refs] == [r() for _, r in plan.refs]
+            (dropped if same_nodes or len(kept) >= _MAX_PLANS - 1 else kept).append(p)
+        for p in dropped:
+            for f in p.finalizers:
+                f.detach()
+        self.plans = [plan, *kept]
+        plan.finalizers = [
+            weakref.finalize(ref(), _drop, weakref.ref(self), weakref.ref(plan))
+            for _, ref in plan.refs
+        ]
+
+
+def _drop(cache_ref: "weakref.ref[PlanCache]", plan_ref: "weakref.ref[Plan]") -> None:
+    cache, plan = cache_ref(), plan_ref()
+    if cache is not None and plan is not None and plan in cache.plans:
+        cache.plans.remove(plan)

@@ -1,0 +1,499 @@
+"""A checkpoint directory: arrays sharded over devices and processes, written by Orbax,
+every file checksummed.
+
+``save`` writes a directory when the model has arrays split over processes (one file
+cannot hold them: no process has their data), or when the path already is such a
+directory. Its layout::
+
+    <path>/CHECKPOINT                 {"format": "pytreemod-dir", "current": "v-..."}
+    <path>/v-<host>-<pid>-<random>/   the current version: an Orbax PyTree checkpoint
+        t0/, t1/, ...                 one zarr array per stored value, a file per shard
+        _METADATA, ...                Orbax's own files
+        pytreemod.json                the manifest (below)
+
+Every process writes its own shards (Orbax, without OCDBT, so every shard is a file of
+its own), then hashes the shard files it wrote (XXH3, as the single-file format). Process
+0 hashes Orbax's metadata files, gathers the others' checksums and writes the manifest:
+the same header entries as a ``save`` file (path, collection, Variable type, boxes,
+dtype, key implementation, ties), which Orbax array holds each, and every file's
+checksum; the manifest carries the checksum of its own bytes. Only then does process 0
+point ``CHECKPOINT`` at the new version (an atomic rename) and remove the old one. A kill
+at any moment leaves ``CHECKPOINT`` naming a complete version; the next save removes
+the versions of writers that are gone.
+
+``load`` checks the manifest against ``like`` (as for a file), verifies every file's
+checksum (the processes of a multi-process load share the files and agree on the
+result), and only then restores the arrays with Orbax, straight into ``like``'s
+shardings: any device or process count, either mesh kind.
+"""
+
+import contextlib
+import glob
+import itertools
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+import xxhash
+
+from . import _checkpoint_atomic as atomic
+from . import _checkpoint_file as cfile
+from . import _checkpoint_format as fmt
+from ._checkpoint_orbax import absl_notices_at_debug, orbax_failure
+from ._errors import CheckpointError, CheckpointFormatError
+from ._tree import format_path
+
+POINTER = "CHECKPOINT"
+MANIFEST = "pytreemod.json"
+FORMAT = "pytreemod-dir"
+VERSION = 1
+_VERSION_DIR = re.compile(r"v-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-[0-9a-f]{16}(?P<tmp>\..*)?")
+_CHUNK = 1 << 22
+_SAVES = itertools.count()  # every process saves in the same order: barrier names agree
+
+
+def is_checkpoint_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, POINTER))
+
+
+def _ocp() -> Any:
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError:
+        raise CheckpointError(
+            "A checkpoint directory (arrays sharded over processes) is written and read with "
+            "Orbax: install the orbax-checkpoint package (pip install orbax-checkpoint)."
+        ) from None
+    return ocp
+
+
+def _checkpointer(ocp: Any) -> Any:
+    return ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=False))
+
+
+# ------------------------------------------------------------------ processes
+
+
+def _barrier(name: str) -> None:
+    """Wait for every process (the distributed runtime's barrier, no device collective:
+    safe from a background thread)."""
+    if jax.process_count() > 1:
+        _ocp().multihost.sync_global_processes(name)
+
+
+def _agreed_name() -> str:
+    """A fresh version name, process 0's, known to every process."""
+    name = f"v-{atomic.host()}-{os.getpid()}-{secrets.token_hex(8)}"
+    if jax.process_count() == 1:
+        return name
+    from jax.experimental import multihost_utils
+
+    raw = np.frombuffer(name.encode().ljust(64), np.uint8)
+    return bytes(np.asarray(multihost_utils.broadcast_one_to_all(raw))).decode().strip()
+
+
+def _gather_json(folder: str, mine: dict[str, str], name: str) -> dict[str, str]:
+    """Every process's ``mine`` merged, on process 0 (through files in ``folder``)."""
+    if jax.process_count() == 1:
+        return mine
+    me = jax.process_index()
+    _write_json(os.path.join(folder, f".{name}.{me}.json"), mine)
+    _barrier(f"pytreemod-{os.path.basename(folder)}-{name}")
+    merged: dict[str, str] = {}
+    if me == 0:
+        for p in range(jax.process_count()):
+            part = os.path.join(folder, f".{name}.{p}.json")
+            with open(part) as f:
+                merged.update(json.load(f))
+            os.unlink(part)
+    return merged
+
+
+def _write_json(path: str, doc: Any) -> None:
+    atomic.replace(path, lambda tmp: _dump(tmp, doc), sync=True)
+
+
+def _dump(file: str, doc: Any) -> None:
+    with open(file, "w") as f:
+        json.dump(doc, f)
+
+
+# ------------------------------------------------------------------- checksums
+
+
+def _hash_file(file: str) -> str:
+    h = xxhash.xxh3_64()
+    with open(file, "rb", buffering=0) as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return f"{h.intdigest():016x}"
+
+
+def _files(folder: str) -> Iterator[str]:
+    """Every file of a version (relative, '/'-separated), but pytreemod's own."""
+    for root, _, names in os.walk(folder):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), folder).replace(os.sep, "/")
+            if rel != MANIFEST and not n.startswith("."):
+                yield rel
+
+
+def _chunk_owners(arrays: dict[str, Any]) -> dict[str, int]:
+    """``"t3/1.0" -> process``: the shard files each process writes (the process of the
+    first device holding each shard), as Orbax names them."""
+    owners: dict[str, int] = {}
+    for name, array in arrays.items():
+        sharding = getattr(array, "sharding", None)
+        if not isinstance(array, jax.Array) or sharding is None:
+            continue
+        indices = sharding.devices_indices_map(array.shape)
+        for device in sorted(indices, key=lambda d: d.id):
+            index = indices[device]
+            parts = []
+            for axis, s in enumerate(index):
+                start, stop, _ = s.indices(array.shape[axis])
+                parts.append(str(start // (stop - start)) if stop > start else "0")
+            owners.setdefault(f"{name}/{'.'.join(parts) or '0'}", device.process_index)
+    return owners
+
+
+def _hash_mine(folder: str, arrays: dict[str, Any]) -> dict[str, str]:
+    """The checksums of the files this process hashes: its shards; process 0 also every
+    file no process writes as a shard (Orbax's metadata, unpredicted names)."""
+    owners = _chunk_owners(arrays)
+    me = jax.process_index()
+    return {
+        rel: _hash_file(os.path.join(folder, rel))
+        for rel in _files(folder)
+        if owners.get(rel, 0) == me
+    }
+
+
+# ------------------------------------------------------------------------ save
+
+
+def save_dir(
+    path: str, header: fmt.Header, arrays: dict[str, Any], *, background: bool = False
+) -> Callable[[], None]:
+    """Start writing the directory checkpoint of ``header``'s entries, ``arrays`` by
+    tensor key (global ``jax.Array``s or host arrays; empty ones are not stored), and
+    return the function that completes it (hashes, manifest, commit).
+
+    The arrays are copied off the devices before this returns; with ``background``, Orbax
+    writes them in its own threads meanwhile (the returned function waits for it)."""
+    ocp = _ocp()
+    if os.path.exists(path) and not (os.path.isdir(path) and _reusable(path)):
+        raise CheckpointError(
+            f"Cannot save {path!r}: a {'folder' if os.path.isdir(path) else 'file'} of that "
+            "name is in the way (a checkpoint directory is a folder of pytreemod's own). "
+            "Remove it or pick another name."
+        )
+    with _failures(path, None):
+        if jax.process_index() == 0:
+            os.makedirs(path, exist_ok=True)
+        _barrier(f"pytreemod-save-{next(_SAVES)}")
+        version = _agreed_name()
+    folder = os.path.join(path, version)
+    names = {k: f"t{i}" for i, k in enumerate(sorted(arrays)) if np.size(arrays[k])}
+    stored = {names[k]: arrays[k] for k in names}
+    handler = ocp.PyTreeCheckpointHandler(use_ocdbt=False)
+    checkpointer = ocp.AsyncCheckpointer(handler) if background else ocp.Checkpointer(handler)
+    with _failures(path, folder), absl_notices_at_debug():
+        checkpointer.save(folder, args=ocp.args.PyTreeSave(stored))
+
+    def finish() -> None:
+        with _failures(path, folder):
+            if background:
+                with absl_notices_at_debug():
+                    checkpointer.wait_until_finished()
+                checkpointer.close()
+            _barrier(f"pytreemod-{version}-written")
+            sums = _gather_json(folder, _hash_mine(folder, stored), "checksums")
+            if jax.process_index() == 0:
+                _commit(path, version, header, names, sums)
+            _barrier(f"pytreemod-{version}-done")
+
+    return finish
+
+
+@contextlib.contextmanager
+def _failures(path: str, folder: str | None) -> Iterator[None]:
+    """Failures of a directory save as ``CheckpointError``s naming ``path``; the new
+    version (``folder``), incomplete, removed."""
+    try:
+        yield
+    except BaseException as e:
+        if folder is not None and jax.process_index() == 0:
+            for stray in (folder, *glob.glob(glob.escape(folder) + ".orbax-checkpoint-tmp*")):
+                shutil.rmtree(stray, ignore_errors=True)
+        if isinstance(e, CheckpointError) or not isinstance(e, Exception):
+            raise
+        cause = e if isinstance(e, OSError) else e.__cause__
+        if isinstance(cause, OSError):
+            raise atomic.failure(path, cause) from e
+        raise CheckpointError(
+            f"Cannot save {path!r}: Orbax failed ({type(e).__name__}: {e})."
+        ) from e
+
+
+def _commit(
+    path: str, version: str, header: fmt.Header, names: dict[str, str], sums: dict[str, str]
+) -> None:
+    """Write the manifest of ``version``, point ``CHECKPOINT`` at it, remove the old."""
+    doc = json.loads(header.to_metadata(dict.fromkeys(header.entries, "0" * 16))[fmt.FORMAT])
+    for entry in doc["entries"].values():
+        del entry["checksum"]
+    doc["version"] = 1  # the entries, without a file's per-tensor checksums
+    manifest = {"format": FORMAT, "version": VERSION, "header": doc}
+    manifest["arrays"] = names
+    manifest["files"] = sums
+    manifest["chunks"] = _chunk_shapes(os.path.join(path, version), names.values())
+    _write_json(os.path.join(path, version, MANIFEST), _signed(manifest))
+    previous = _current(path)
+    _write_json(os.path.join(path, POINTER), {"format": FORMAT, "current": version})
+    _remove_versions(path, keep=version, previous=previous)
+
+
+def _chunk_shapes(folder: str, names: Any) -> dict[str, list[int]]:
+    """Each array's chunk (shard file) shape, as Orbax recorded it in its ``.zarray``."""
+    out: dict[str, list[int]] = {}
+    for name in names:
+        try:
+            with open(os.path.join(folder, name, ".zarray")) as f:
+                chunks = json.load(f)["chunks"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(chunks, list) and all(type(c) is int and c > 0 for c in chunks):
+            out[name] = chunks
+    return out
+
+
+def _reusable(path: str) -> bool:
+    return is_checkpoint_dir(path) or not os.listdir(path)
+
+
+def _current(path: str) -> str | None:
+    try:
+        with open(os.path.join(path, POINTER)) as f:
+            doc = json.load(f)
+        return doc["current"] if isinstance(doc, dict) else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _remove_versions(path: str, keep: str, previous: str | None) -> None:
+    """Remove the previous version and the versions of writers that are gone."""
+    now = time.time()
+    for entry in os.scandir(path):
+        match = _VERSION_DIR.fullmatch(entry.name)
+        if match is None or entry.name == keep or not entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.name == previous:
+            stale = True
+        elif match.group("host") == atomic.host():
+            stale = not atomic.running(int(match.group("pid")))
+        else:
+            stale = now - entry.stat().st_mtime > atomic.STALE_SECONDS
+        if stale:
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _signed(manifest: dict[str, Any]) -> dict[str, Any]:
+    body = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+    return {"checksum": f"xxh3_64:{xxhash.xxh3_64_hexdigest(body.encode())}", "manifest": manifest}
+
+
+# ------------------------------------------------------------------------ load
+
+
+class Manifest:
+    """A verified manifest: the header, the Orbax array of each entry, file checksums."""
+
+    def __init__(self, path: str):
+        self.path = path
+        version = _current(path)
+        if version is None or not _VERSION_DIR.fullmatch(version):
+            raise self.fail(f"{POINTER} does not name a version of the checkpoint")
+        self.folder = os.path.join(path, version)
+        try:
+            with open(os.path.join(self.folder, MANIFEST), "rb") as f:
+                signed = json.loads(f.read().decode("utf-8"))
+        except FileNotFoundError:
+            raise self.fail(f"the version {version!r} or its {MANIFEST} is missing") from None
+        except (ValueError, RecursionError):
+            raise self.fail(f"{MANIFEST} is not valid JSON") from None
+        if not isinstance(signed, dict) or not isinstance(signed.get("manifest"), dict):
+            raise self.fail(f"{MANIFEST} is not a pytreemod manifest")
+        manifest = signed["manifest"]
+        body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+        if signed.get("checksum") != f"xxh3_64:{xxhash.xxh3_64_hexdigest(body)}":
+            raise cfile.damaged(path, f"the bytes of {MANIFEST} do not match their checksum")
+        if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+            raise self.fail(f"{MANIFEST} is not a version {VERSION} {FORMAT} manifest")
+        names, files = manifest.get("arrays"), manifest.get("files")
+        if not (_str_map(names) and _str_map(files)):
+            raise self.fail(f"{MANIFEST}'s 'arrays' or 'files' is malformed")
+        self.names: dict[str, str] = names
+        self.files: dict[str, str] = files
+        chunks = manifest.get("chunks", {})
+        if not isinstance(chunks, dict) or not all(
+            isinstance(c, list) and all(type(n) is int and n > 0 for n in c)
+            for c in chunks.values()
+        ):
+            raise self.fail(f"{MANIFEST}'s 'chunks' is malformed")
+        self.chunks: dict[str, list[int]] = chunks
+        self.header = self._header(manifest.get("header"))
+
+    def fail(self, problem: str) -> CheckpointFormatError:
+        return CheckpointFormatError(
+            f"{self.path!r}: {problem}. The checkpoint directory is damaged or incomplete; "
+            "nothing was loaded. Restore it from a copy or an earlier checkpoint."
+        )
+
+    def _header(self, doc: Any) -> fmt.Header:
+        """The entries, parsed by the single-file format's strict parser against the
+        tensors a file would hold for them."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("entries"), dict):
+            raise self.fail(f"{MANIFEST} has no header")
+        tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+        for key, raw in doc["entries"].items():
+            shape, dtype = raw.get("shape"), raw.get("dtype") if isinstance(raw, dict) else None
+            if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+                raise self.fail(f"entry {key!r} has no valid shape")
+            tensors[key] = _virtual(raw.get("encoding"), dtype, tuple(shape), raw.get("key_impl"))
+        metadata = {"format": fmt.FORMAT, fmt.FORMAT: json.dumps(doc)}
+        return fmt.parse_header(metadata, tensors, repr(self.path))
+
+    def verify(self, targets: dict[str, jax.ShapeDtypeStruct]) -> None:
+        """Check the checksum of every file this process reads to restore ``targets``
+        (tensor key -> shape, dtype, sharding): the shard files that overlap its own
+        shards, and the metadata; the processes agree on the result. Raise a
+        ``CheckpointFormatError`` naming the first damaged file's model path."""
+        by_name = {name: key for key, name in self.names.items()}
+        files = sorted(self.files)
+        mine = self._files_read(targets)
+        count = jax.process_count()
+        bad = -1
+        for i, rel in enumerate(files):
+            if rel not in mine:
+                continue
+            full = os.path.join(self.folder, *rel.split("/"))
+            try:
+                ok = _hash_file(full) == self.files[rel]
+            except OSError:
+                ok = False
+            if not ok:
+                bad = i
+                break
+        if count > 1:
+            from jax.experimental import multihost_utils
+
+            found = np.asarray(multihost_utils.process_allgather(np.array([bad], np.int64)))
+            bad = next((int(b) for b in found.reshape(-1) if b >= 0), -1)
+        if bad < 0:
+            return
+        rel = files[bad]
+        key = by_name.get(rel.split("/")[0])
+        entry = self.header.entries.get(key) if key is not None else None
+        what = (
+            f"{format_path(entry.path)} (its shard file {rel!r})"
+            if entry is not None
+            else f"the checkpoint's file {rel!r}"
+        )
+        raise cfile.damaged(self.path, f"the stored bytes of {what} do not match their checksum")
+
+    def _files_read(self, targets: dict[str, jax.ShapeDtypeStruct]) -> set[str]:
+        """The files of the checkpoint this process reads to restore ``targets``."""
+        arrays = {self.names[k]: t for k, t in targets.items() if k in self.names}
+        stored = set(self.names.values())
+        out: set[str] = set()
+        for rel in self.files:
+            name, _, chunk = rel.partition("/")
+            if name not in stored or not chunk:
+                out.add(rel)  # Orbax's metadata: read by every process
+            elif name in arrays and _overlaps(chunk, self.chunks.get(name), arrays[name]):
+                out.add(rel)
+        return out
+
+
+def _overlaps(chunk: str, shape: list[int] | None, target: jax.ShapeDtypeStruct) -> bool:
+    """Whether the shard file ``chunk`` ("1.0": its position in the grid of chunks of
+    ``shape``) holds data of one of this process's shards of ``target``."""
+    parts = chunk.split(".")
+    if shape is None or not all(p.isdigit() for p in parts) or len(parts) != len(shape):
+        return True  # metadata (.zarray), a scalar's single chunk, or an unknown layout
+    dims = target.shape
+    for index in target.sharding.addressable_devices_indices_map(dims).values():  # type: ignore[union-attr]
+        if index is None:
+            return True
+        if all(
+            int(p) * size < stop and start < (int(p) + 1) * size
+            for p, size, (start, stop, _) in zip(
+                parts, shape, (s.indices(d) for s, d in zip(index, dims))
+            )
+        ):
+            return True
+    return False
+
+
+def _str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _virtual(
+    encoding: Any, dtype: Any, shape: tuple[int, ...], key_impl: Any
+) -> tuple[str, tuple[int, ...]]:
+    """The safetensors tensor a file would hold for an entry (for the shared parser)."""
+    if encoding == "key" and isinstance(dtype, str):
+        width = key_width(key_impl)
+        return "U32", (*shape, width)
+    if encoding == "bytes" and dtype in fmt.DTYPES:
+        return "U8", (int(np.prod(shape)) * fmt.DTYPES[dtype].itemsize,)
+    return cfile.CODES.get(str(dtype), "?"), shape
+
+
+def key_width(impl: Any) -> int:
+    try:
+        return int(jax.random.key_data(jax.random.key(0, impl=impl)).shape[-1])
+    except Exception:
+        return 0
+
+
+def restore(manifest: Manifest, targets: dict[str, jax.ShapeDtypeStruct]) -> dict[str, jax.Array]:
+    """The stored arrays of ``targets`` (tensor key -> shape, dtype and sharding), read by
+    Orbax into their shardings; empty arrays are made, not read."""
+    ocp = _ocp()
+    items: dict[str, Any] = {}
+    args: dict[str, Any] = {}
+    out: dict[str, jax.Array] = {}
+    for key, target in targets.items():
+        if key not in manifest.names:
+            out[key] = jax.device_put(np.zeros(target.shape, target.dtype), target.sharding)
+            continue
+        name = manifest.names[key]
+        items[name] = target
+        args[name] = ocp.ArrayRestoreArgs(sharding=target.sharding, global_shape=target.shape)
+    if items:
+        partial = len(items) < len(manifest.names)  # Orbax's partial restore is slower
+        restore_args = ocp.args.PyTreeRestore(
+            item=items, restore_args=args, partial_restore=partial
+        )
+        try:
+            with absl_notices_at_debug():
+                restored = _checkpointer(ocp).restore(manifest.folder, args=restore_args)
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise orbax_failure(manifest.path, e) from e
+        by_name = {name: key for key, name in manifest.names.items()}
+        out.update({by_name[name]: value for name, value in restored.items()})
+    return out

@@ -1,0 +1,180 @@
+"""Reading a safetensors file one tensor at a time, with plain reads and no memory map.
+
+``safetensors.safe_open`` maps the whole file into memory: every page a load touches
+stays resident in the process until the file is closed, so loading a model costs the
+file's size in the page cache *and* in the process, twice the model. ``Reader`` reads
+each tensor with ``readinto`` into a buffer of its own size, hashing each chunk as it
+arrives (while it is in the CPU's cache), so a load holds the placed arrays plus one
+tensor on the host at a time: the model plus its largest tensor on the CPU backend, only
+the largest tensor when arrays are placed on an accelerator.
+
+The header is parsed here with the checks safetensors makes (a bounded header length,
+JSON with string metadata, known dtypes, tensors that tile the data section exactly), so a
+cut, appended or malformed file is a ``CheckpointFormatError`` naming the file.
+"""
+
+import json
+import math
+import mmap
+import os
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from . import _checkpoint_file as cfile
+from ._errors import CheckpointFormatError
+
+# Bits per element of every safetensors dtype code (sub-byte ones pack several a byte).
+BITS = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U16": 16,
+    "I16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "U32": 32,
+    "I32": 32,
+    "F32": 32,
+    "U64": 64,
+    "I64": 64,
+    "F64": 64,
+    "C64": 64,
+}
+_CHUNK = 1 << 22  # read, then hashed while in cache
+_OWN_MAP = 1 << 20  # tensors of this size and more are read into a map of their own
+
+
+def buffer(nbytes: int) -> np.ndarray:
+    """A flat ``uint8`` array of ``nbytes``; a large one in memory of its own (an anonymous
+    map), returned to the OS the moment the array dies. A buffer from ``malloc`` would
+    come back into the heap, which keeps a few freed tensors' worth of memory in the
+    process; and JAX's CPU backend takes a page-aligned buffer as the array's memory
+    without a copy."""
+    if nbytes < _OWN_MAP:
+        return np.empty(nbytes, np.uint8)
+    return np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+
+
+class Reader:
+    """An open safetensors file: ``metadata``, ``tensors`` (``name -> (code, shape)``),
+    and ``read(name)`` of one tensor's bytes, checked against a checksum when given."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self._f = open(file, "rb", buffering=0)  # closed by close()
+        try:
+            self._parse()
+        except BaseException:
+            self._f.close()
+            raise
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def _fail(self, problem: str) -> CheckpointFormatError:
+        return CheckpointFormatError(
+            f"{self.file!r}: cannot be read as a safetensors checkpoint: {problem}. The file "
+            "is truncated, corrupted or not a checkpoint; nothing was loaded."
+        )
+
+    def _parse(self) -> None:
+        size = os.fstat(self._f.fileno()).st_size
+        head = self._f.read(8)
+        if len(head) < 8:
+            raise self._fail(f"{size} bytes, shorter than the 8-byte header length")
+        length = int.from_bytes(head, "little")
+        if length > cfile.MAX_HEADER or 8 + length > size:
+            raise self._fail(f"the header length {length} does not fit a {size}-byte file")
+        raw = self._f.read(length)
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:
+            raise self._fail(f"the header is not valid JSON ({type(e).__name__})") from None
+        if not isinstance(doc, dict):
+            raise self._fail("the header is not a JSON object")
+        metadata = doc.pop("__metadata__", None)
+        if metadata is not None and not (
+            isinstance(metadata, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+        ):
+            raise self._fail("'__metadata__' is not a map of strings to strings")
+        self.metadata: dict[str, str] | None = metadata
+        self.data_start = 8 + length
+        self.tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self._spans: dict[str, tuple[int, int]] = {}
+        for name, info in doc.items():
+            self._tensor(name, info)
+        end = 0
+        for name, (begin, stop) in sorted(self._spans.items(), key=lambda kv: kv[1]):
+            if begin != end:
+                raise self._fail(f"tensor {name!r} does not start where the previous one ends")
+            end = stop
+        if self.data_start + end != size:
+            raise self._fail(
+                f"the tensors hold {end} bytes but the file has {size - self.data_start} after "
+                "the header"
+            )
+
+    def _tensor(self, name: str, info: Any) -> None:
+        if not isinstance(info, dict):
+            raise self._fail(f"tensor {name!r} is not described by a JSON object")
+        code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if not isinstance(code, str) or code not in BITS:
+            raise self._fail(f"tensor {name!r} has the unknown dtype {code!r}")
+        if not (
+            isinstance(shape, list)
+            and len(shape) <= 64
+            and all(type(d) is int and 0 <= d < 2**62 for d in shape)
+        ):
+            raise self._fail(f"tensor {name!r} has an invalid shape")
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int and 0 <= o for o in offsets)
+            and offsets[0] <= offsets[1]
+        ):
+            raise self._fail(f"tensor {name!r} has invalid data offsets")
+        bits = math.prod(shape) * BITS[code]
+        if bits % 8 or bits // 8 != offsets[1] - offsets[0]:
+            raise self._fail(
+                f"tensor {name!r}: {code}{shape} is not {offsets[1] - offsets[0]} bytes"
+            )
+        self.tensors[name] = (code, tuple(shape))
+        self._spans[name] = (offsets[0], offsets[1])
+
+    def read(self, name: str, checksum: str | None = None, what: str = "") -> np.ndarray:
+        """The bytes of tensor ``name`` as a flat ``uint8`` array of their own. With
+        ``checksum`` (hex), each chunk is hashed as it is read and a difference raises
+        ``CheckpointFormatError`` naming ``what``."""
+        begin, stop = self._spans[name]
+        out = buffer(stop - begin)
+        view = out.data
+        h = xxhash.xxh3_64() if checksum is not None else None
+        self._f.seek(self.data_start + begin)
+        done = 0
+        while done < len(out):
+            n = self._f.readinto(view[done : done + _CHUNK])
+            if not n:
+                raise self._fail(f"the file ended inside tensor {name!r}")
+            if h is not None:
+                h.update(view[done : done + n])
+            done += n
+        if h is not None and f"{h.intdigest():016x}" != checksum:
+            raise cfile.damaged(
+                self.file, f"the stored bytes of {what} do not match their checksum"
+            )
+        return out

@@ -1,0 +1,205 @@
+"""nnx.jit's fast path (a call plan remembered from one full lowering): every change the
+full path would see is seen, nothing is traced twice, and a dead model's plan goes."""
+
+import gc
+from typing import Any
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given, settings
+
+from adapters import nnx
+from adapters.errors import TraceContextError
+from adapters.nnx import _structure
+
+
+class Block(nnx.Module):
+    def __init__(self, scale: float) -> None:
+        self.w = nnx.Param(jnp.full((3,), scale))
+        self.calls = nnx.BatchStat(jnp.array(0))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        self.calls[...] += 1
+        return x * self.w[...]
+
+
+class Stack(nnx.Module):
+    def __init__(self, *scales: float) -> None:
+        self.blocks = nnx.List([Block(s) for s in scales])
+        self.extra = nnx.data([Block(10.0)])  # a plain list: no mutation hook
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for b in self.blocks:
+            x = b(x)
+        return self.extra[0](x)
+
+
+def counted(graph: bool = True) -> tuple[Any, list[int]]:
+    traces = [0]
+
+    def f(m: Stack, x: jax.Array) -> jax.Array:
+        traces[0] += 1
+        return m(x)
+
+    return nnx.jit(f, graph=graph), traces
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_repeated_calls_trace_once_and_take_the_fast_path(graph: bool) -> None:
+    f, traces = counted(graph)
+    m, x = Stack(2.0, 3.0), jnp.ones(3)
+    for _ in range(4):
+        np.testing.assert_allclose(f(m, x), 60.0 * np.ones(3))
+    assert traces[0] == 1
+    assert int(m.blocks[0].calls[...]) == 4  # each call's Variable update written back
+    assert len(f.plans.plans) == 1 and f.plans.last_used
+
+
+def test_structural_changes_between_calls_are_seen() -> None:
+    f, _ = counted()
+    m, x = Stack(2.0), jnp.ones(3)
+    np.testing.assert_allclose(f(m, x), 20.0 * np.ones(3))
+    m.blocks.append(Block(3.0))  # nnx.List mutation
+    np.testing.assert_allclose(f(m, x), 60.0 * np.ones(3))
+    m.blocks[0] = Block(5.0)  # attribute replaced
+    np.testing.assert_allclose(f(m, x), 150.0 * np.ones(3))
+    m.extra[0] = Block(1.0)  # plain list: caught by its snapshot
+    np.testing.assert_allclose(f(m, x), 15.0 * np.ones(3))
+    m.blocks[0].w = nnx.Param(jnp.zeros(3))
+    np.testing.assert_allclose(f(m, x), np.zeros(3))
+
+
+def test_value_changes_outside_are_read_and_new_shapes_retrace() -> None:
+    traces = [0]
+
+    @nnx.jit
+    def f(m: Block, x: jax.Array) -> jax.Array:
+        traces[0] += 1
+        return m(x)
+
+    m = Block(2.0)
+    f(m, jnp.ones(3))
+    m.w[...] = jnp.full((3,), 4.0)
+    np.testing.assert_allclose(f(m, jnp.ones(3)), 4.0 * np.ones(3))
+    assert traces[0] == 1
+    m.w.set_value(jnp.ones((2, 3)))
+    assert f(m, jnp.ones((1, 3))).shape == (2, 3)
+    assert traces[0] == 2
+
+
+def test_metadata_change_and_state_mutation_invalidate_plans() -> None:
+    m = Stack(2.0)
+    before = _structure.epoch()
+    m.blocks[0].w.set_metadata(note="x")
+    assert _structure.epoch() > before
+    state = nnx.state(m)
+    before = _structure.epoch()
+    state["blocks"] = {}
+    assert _structure.epoch() > before
+
+
+def sgd_losses(jit: bool, donate: bool) -> tuple[list[float], Any]:
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    opt = nnx.Optimizer(model, optax.sgd(0.01), wrt=nnx.Param)
+
+    def step(model: nnx.Linear, opt: nnx.Optimizer, x: jax.Array) -> jax.Array:
+        loss, grads = nnx.value_and_grad(lambda m: jnp.sum(m(x) ** 2))(model)
+        opt.update(model, grads)
+        return loss
+
+    if jit:
+        step = nnx.jit(step, donate_argnums=(0, 1) if donate else None)
+    x = jnp.ones((4, 3))
+    return [float(step(model, opt, x)) for _ in range(4)], (model, opt, step)
+
+
+@pytest.mark.parametrize("donate", [False, True])
+def test_optimizer_steps_match_eager_ones(donate: bool) -> None:
+    eager, _ = sgd_losses(False, False)
+    losses, (_, opt, step) = sgd_losses(True, donate)
+    np.testing.assert_allclose(losses, eager, rtol=1e-5)
+    assert int(opt.step[...]) == 4
+    assert len(step.plans.plans) == 1
+    assert bool(step.plans.plans[0].donated) == donate
+
+
+def test_static_arguments_and_keywords_pass_through() -> None:
+    traces = [0]
+
+    @nnx.jit(static_argnames="power")
+    def f(m: Block, x: jax.Array, power: int = 1) -> jax.Array:
+        traces[0] += 1
+        return m(x) ** power
+
+    m = Block(2.0)
+    np.testing.assert_allclose(f(m, jnp.ones(3), power=2), 4.0 * np.ones(3))
+    np.testing.assert_allclose(f(m, jnp.ones(3), power=2), 4.0 * np.ones(3))
+    np.testing.assert_allclose(f(m, jnp.ones(3), power=3), 8.0 * np.ones(3))
+    assert traces[0] == 2
+    assert int(m.calls[...]) == 3
+
+
+def test_a_dead_model_takes_its_plan_with_it() -> None:
+    f, _ = counted()
+    m = Stack(2.0)
+    f(m, jnp.ones(3))
+    assert len(f.plans.plans) == 1
+    del m
+    gc.collect()
+    assert f.plans.plans == []
+
+
+def test_updates_from_another_trace_level_are_refused() -> None:
+    f, _ = counted()
+    m = Stack(2.0)
+    f(m, jnp.ones(3))  # the plan exists; now call under an outer trace
+    with pytest.raises(TraceContextError, match="Cannot mutate BatchStat from a different trace"):
+        jax.jit(lambda x: f(m, x))(jnp.ones(3))
+
+
+def test_a_structure_changed_on_every_call_stops_building_plans() -> None:
+    class Growing(nnx.Module):
+        def __init__(self) -> None:
+            self.n = 0
+            self.w = nnx.Param(jnp.ones(2))
+
+    @nnx.jit
+    def f(m: Growing) -> jax.Array:
+        return m.w[...] * 2
+
+    m = Growing()
+    for i in range(8):
+        m.n = i  # a static attribute: every call sees a new structure
+        f(m)
+    assert not f.plans.enabled
+
+
+OPS = st.lists(st.sampled_from(["call", "append", "replace", "plain", "value"]), max_size=8)
+
+
+@settings(max_examples=15, deadline=None)
+@given(OPS)
+def test_fast_path_agrees_with_eager_calls(ops: list[str]) -> None:
+    """Law: any sequence of calls and mutations gives the eager results and state."""
+    jitted, eager = Stack(2.0), Stack(2.0)
+    f, _ = counted()
+    x = jnp.arange(3.0)
+    for k, op in enumerate(ops):
+        for m in (jitted, eager):
+            if op == "append":
+                m.blocks.append(Block(1.0 + k))
+            elif op == "replace":
+                m.blocks[0] = Block(0.5 * k)
+            elif op == "plain":
+                m.extra[0] = Block(float(k))
+            elif op == "value":
+                m.blocks[-1].w[...] = jnp.full((3,), float(k))
+        if op == "call":
+            np.testing.assert_allclose(f(jitted, x), eager(x), rtol=1e-6)
+    np.testing.assert_allclose(f(jitted, x), eager(x), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(nnx.state(jitted)), jax.tree.leaves(nnx.state(eager))):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
