@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine with Python 3.11 and make:
 #   make demo   create .venv, install, train the digits MLP (examples/digits_mlp.py)
-#   make test   create .venv, install, run ruff, pyright and the test suite
+#   make test   create .venv, install, run ruff, pyright, the wheel check and the test suite
 #   make docs   create .venv, install the docs extra, build the site into site/ (--strict)
 # Editable installs are a plain path in a .pth file (pyproject.toml sets package-dir for
 # that): an import hook would hide the package from `pyright --verifytypes` (typings/README.md).
@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 # every import. Run before each target that imports them; up-to-date files are skipped.
 COMPILE := $(PY) -m compileall -q pytreemod adapters
 
-.PHONY: demo test lint pytest bench errors-doc docs clean
+.PHONY: demo test lint dist pytest bench errors-doc docs clean
 
 $(VENV)/.stamp-demo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,11 +42,16 @@ lint: $(VENV)/.stamp-test
 	$(VENV)/bin/pyright
 	$(VENV)/bin/lint-imports
 
+# The sdist and wheel as a user installs them: built, installed, imported and
+# type-checked outside the checkout (.ci/check_dist, under a minute).
+dist: $(VENV)/.stamp-test
+	.ci/check_dist
+
 pytest: $(VENV)/.stamp-test
 	$(COMPILE)
 	$(PY) -m pytest -n 2 -q
 
-test: lint pytest
+test: lint dist pytest
 
 bench: $(VENV)/.stamp-test
 	$(COMPILE)

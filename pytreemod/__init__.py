@@ -12,6 +12,8 @@ the sharding helpers. Type checkers read the same names from the ``TYPE_CHECKING
 import importlib as _importlib
 import typing as _typing
 
+from ._apply import apply as apply
+from ._apply import is_mutable as is_mutable
 from ._errors import AxisMetadataError as AxisMetadataError
 from ._errors import CheckpointError as CheckpointError
 from ._errors import CheckpointFormatError as CheckpointFormatError
@@ -71,8 +73,6 @@ from ._partition import state as state
 from ._partition import structure_of as structure_of
 from ._partition import to_variables as to_variables
 from ._repr import tree_pformat as tree_pformat
-from ._state import apply as apply
-from ._state import is_mutable as is_mutable
 from ._tree import apply_updates as apply_updates
 from ._tree import format_path as format_path
 from ._tree import is_array as is_array

@@ -39,6 +39,7 @@ from ._tree import format_path
 
 T = TypeVar("T")
 PathLike = str | os.PathLike[str]
+FILE_SUFFIX = ".safetensors"  # a path that names a file: sharded models go into one too
 
 
 def save(path: PathLike, tree: Any, *, sync: bool = True, directory: bool | None = None) -> None:
@@ -61,13 +62,15 @@ def save(path: PathLike, tree: Any, *, sync: bool = True, directory: bool | None
     the latest on a power cut is acceptable.
 
     ``directory``: ``None`` (default) writes a checkpoint directory when an array is
-    split over processes (no process holds all of it) or ``path`` already is one, and a
-    file otherwise; ``True`` always writes a directory (every process writes its own
-    shards in parallel with Orbax, nothing is gathered on one host: the choice for a
-    model sharded over many devices); ``False`` always a file. Every process of a
+    split over processes (no process holds all of it), when ``path`` already is one, or
+    when an array is split over several devices and ``path`` does not end in
+    ``.safetensors``; a file otherwise. ``True`` always writes a directory (every
+    process writes its own shards in parallel with Orbax, nothing is gathered on one
+    host); ``False`` always a file. Every process of a
     multi-process program calls ``save`` with the same arguments. A directory holds the
     same header entries and a checksum of every shard file, and ``load`` verifies them
-    all (docs/checkpoints.md).
+    all (docs/checkpoints.md). ``sync`` is for a file: a directory's manifest and
+    pointer are always ``fsync``-ed, its shard files are Orbax's to write.
 
     Errors of the operating system (a missing or read-only folder, a full disk) are a
     ``CheckpointError`` naming ``path``; nothing partial is left behind. Temporaries
@@ -112,7 +115,11 @@ def start_save(
     asave.wait_for(path)
     atomic.check_folder(path)
     if directory is None:
-        directory = ctree.split_over_processes(tree) or cdir.is_checkpoint_dir(path)
+        directory = (
+            ctree.split_over_processes(tree)
+            or cdir.is_checkpoint_dir(path)
+            or (ctree.sharded_over_devices(tree) and not path.endswith(FILE_SUFFIX))
+        )
     if directory:
         header, arrays = ctree.describe(tree, path, host=False)
         return cdir.save_dir(path, header, arrays, background=background)
@@ -166,7 +173,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
 
     **Arguments:**
 
-    - ``path``: the file; or an Orbax checkpoint directory holding ``pm.state(model)``
+    - ``path``: the file; a checkpoint directory ``save`` wrote (its manifest is checked
+      against ``like`` and every file this process reads against its checksum, then
+      Orbax restores each array straight into ``like``'s sharding, on any device or
+      process count); or a plain Orbax checkpoint directory holding ``pm.state(model)``
       (a ``CheckpointManager`` step, or its item folder), restored with Orbax into
       ``like``'s shardings (checked by Orbax; a damaged one is a
       ``CheckpointFormatError``, one of another structure a ``CheckpointMismatchError``).
@@ -187,8 +197,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
     difference raises ``CheckpointMismatchError`` naming the file, the path and both
     shapes/dtypes; a malformed file raises ``CheckpointFormatError``. Each tensor's
     checksum (``save`` writes XXH3 checksums of every tensor and of the header) is
-    verified as it is read, before anything is returned: a changed byte anywhere in the
-    file is a ``CheckpointFormatError`` naming the file and the tensor's path. Files
+    verified as it is read (one tensor at a time: the peak host memory is the model plus
+    its largest tensor, not the file as well), before anything is returned: a changed
+    byte anywhere in the file is a ``CheckpointFormatError`` naming the file and the
+    tensor's path. Files
     written before checksums existed load unchecked, and so does a plain safetensors file
     (no pytreemod metadata, as ``safetensors.numpy.save_file`` writes) whose tensors have
     the names ``checkpoint_keys(like)`` lists: shapes and dtypes are checked, values take

@@ -27,6 +27,7 @@ result), and only then restores the arrays with Orbax, straight into ``like``'s
 shardings: any device or process count, either mesh kind.
 """
 
+import concurrent.futures
 import contextlib
 import glob
 import itertools
@@ -88,15 +89,18 @@ def _barrier(name: str) -> None:
         _ocp().multihost.sync_global_processes(name)
 
 
-def _agreed_name() -> str:
-    """A fresh version name, process 0's, known to every process."""
+def _agreed_name(save: int) -> str:
+    """A fresh version name, process 0's, known to every process (through the
+    distributed runtime's key-value store: no device collective, so any thread may)."""
     name = f"v-{atomic.host()}-{os.getpid()}-{secrets.token_hex(8)}"
     if jax.process_count() == 1:
         return name
-    from jax.experimental import multihost_utils
-
-    raw = np.frombuffer(name.encode().ljust(64), np.uint8)
-    return bytes(np.asarray(multihost_utils.broadcast_one_to_all(raw))).decode().strip()
+    client = _ocp().multihost.get_jax_distributed_client()
+    key = f"pytreemod-save-{save}-version"
+    if jax.process_index() == 0:
+        client.key_value_set(key, name)
+        return name
+    return client.blocking_key_value_get(key, 600_000)
 
 
 def _gather_json(folder: str, mine: dict[str, str], name: str) -> dict[str, str]:
@@ -169,11 +173,24 @@ def _hash_mine(folder: str, arrays: dict[str, Any]) -> dict[str, str]:
     file no process writes as a shard (Orbax's metadata, unpredicted names)."""
     owners = _chunk_owners(arrays)
     me = jax.process_index()
-    return {
-        rel: _hash_file(os.path.join(folder, rel))
-        for rel in _files(folder)
-        if owners.get(rel, 0) == me
-    }
+    mine = [rel for rel in _files(folder) if owners.get(rel, 0) == me]
+    sums = _parallel(_hash_file, [os.path.join(folder, rel) for rel in mine])
+    return {rel: h for rel, h in zip(mine, sums) if h is not None}
+
+
+def _parallel(fn: Callable[[str], str | None], files: list[str]) -> list[str | None]:
+    """``fn`` of every file, on a few threads (reads and XXH3 release the GIL)."""
+    if len(files) < 2:
+        return [fn(f) for f in files]
+    with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+        return list(pool.map(fn, files))
+
+
+def _hash_or_none(file: str) -> str | None:
+    try:
+        return _hash_file(file)
+    except OSError:
+        return None
 
 
 # ------------------------------------------------------------------------ save
@@ -198,8 +215,9 @@ def save_dir(
     with _failures(path, None):
         if jax.process_index() == 0:
             os.makedirs(path, exist_ok=True)
-        _barrier(f"pytreemod-save-{next(_SAVES)}")
-        version = _agreed_name()
+        save = next(_SAVES)
+        _barrier(f"pytreemod-save-{save}")
+        version = _agreed_name(save)
     folder = os.path.join(path, version)
     names = {k: f"t{i}" for i, k in enumerate(sorted(arrays)) if np.size(arrays[k])}
     stored = {names[k]: arrays[k] for k in names}
@@ -380,18 +398,9 @@ class Manifest:
         files = sorted(self.files)
         mine = self._files_read(targets)
         count = jax.process_count()
-        bad = -1
-        for i, rel in enumerate(files):
-            if rel not in mine:
-                continue
-            full = os.path.join(self.folder, *rel.split("/"))
-            try:
-                ok = _hash_file(full) == self.files[rel]
-            except OSError:
-                ok = False
-            if not ok:
-                bad = i
-                break
+        read = [rel for rel in files if rel in mine]
+        sums = _parallel(_hash_or_none, [os.path.join(self.folder, *r.split("/")) for r in read])
+        bad = next((files.index(r) for r, h in zip(read, sums) if h != self.files[r]), -1)
         if count > 1:
             from jax.experimental import multihost_utils
 

@@ -66,6 +66,17 @@ def split_over_processes(tree: Any) -> bool:
     )
 
 
+def sharded_over_devices(tree: Any) -> bool:
+    """Whether an array of ``tree`` is split over several devices (not replicated)."""
+    return any(
+        isinstance(leaf, jax.Array)
+        and not isinstance(leaf, jax.core.Tracer)
+        and len(leaf.sharding.device_set) > 1
+        and not leaf.sharding.is_fully_replicated
+        for leaf in jax.tree.leaves(tree)
+    )
+
+
 def describe(tree: Any, path: str, *, host: bool) -> tuple[fmt.Header, dict[str, Any]]:
     """The header entries of ``tree``'s values and their data by tensor name: host arrays
     laid out for a file (``host``), or the arrays as they are, sharded, for a directory."""

@@ -14,9 +14,9 @@ from typing import Any
 import jax.tree_util as jtu
 
 from ._codegen import _is_namedtuple
+from ._jit_containers import NAMES, TooLarge, is_pure
+from ._jit_containers import conds as pure_conds
 from ._module import BoundMethod, Module
-from ._purecheck import NAMES, TooLarge, is_pure
-from ._purecheck import conds as pure_conds
 
 _flatten = jtu.tree_flatten
 _leaves = jtu.tree_leaves

@@ -1,4 +1,4 @@
-"""Axis metadata boxes (the axis-metadata design note).
+"""Axis metadata boxes (docs/design/axis_metadata.md).
 
 ``AxisMetadata`` is a small abstract box: ``unbox`` returns the wrapped value,
 ``add_axis(index, params)`` / ``remove_axis(index, params)`` update the metadata when a
@@ -12,15 +12,21 @@ and, when axis ``i`` carries the name in ``p``, ``x.remove_axis(i, p).add_axis(i
 
 The sharding boxes, ``Partitioned`` and ``LogicallyPartitioned``, are in
 ``_sharding._boxes``, with the rules that resolve their names.
+
+The slot: a model's variable is a ``Variable`` holding boxes (outermost first) holding an
+array. ``slot_value`` opens the Variable, ``peel`` takes the slot apart into its boxes and
+the array, ``rebox`` puts an array back into boxes, ``unboxed`` reads the array through
+each box's ``unbox()``. Code that opens a slot uses these, never its own loop.
 """
 
 import abc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import jax.tree_util as jtu
 
 from ._module import Module
+from ._variables import Variable
 
 _B = TypeVar("_B", bound="AxisMetadata")
 
@@ -110,3 +116,45 @@ def remove_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) 
     """
     p: Mapping[Any, Any] = {} if params is None else params
     return map_boxes(lambda b: b.remove_axis(index, p), tree)
+
+
+def slot_value(slot: Any) -> Any:
+    """The value a Variable holds (boxes included), or ``slot`` itself if it is none."""
+    return slot.value if isinstance(slot, Variable) else slot
+
+
+def peel(slot: Any) -> tuple[tuple[AxisMetadata, ...], Any]:
+    """A slot taken apart: the boxes around its value (outermost first) and the leaf
+    inside them. ``slot`` is a Variable, a box or a bare value; boxes are opened by their
+    ``value`` field (no ``unbox()`` side effect). Inverse of ``rebox``.
+
+    >>> import jax.numpy as jnp
+    >>> import pytreemod as pm
+    >>> from pytreemod._meta import peel
+    >>> boxes, leaf = peel(pm.Param(pm.Partitioned(jnp.zeros(2), ("a",))))
+    >>> [type(b).__name__ for b in boxes], leaf.shape
+    (['Partitioned'], (2,))
+    """
+    value = slot_value(slot)
+    boxes: list[AxisMetadata] = []
+    while isinstance(value, AxisMetadata):
+        boxes.append(value)
+        value = value.value
+    return tuple(boxes), value
+
+
+def rebox(boxes: Sequence[AxisMetadata], leaf: Any) -> Any:
+    """``leaf`` put back in ``boxes`` (outermost first, as ``peel`` returns them), each
+    keeping its metadata. Inverse of ``peel`` (a Variable type wraps the result)."""
+    for box in reversed(boxes):
+        leaf = box.replace_boxed(leaf)
+    return leaf
+
+
+def unboxed(slot: Any) -> Any:
+    """The leaf of a slot read through each box's ``unbox()``: what a layer computes
+    with (a ``LogicallyPartitioned`` constrains a traced value to its names there)."""
+    value = slot_value(slot)
+    while isinstance(value, AxisMetadata):
+        value = value.unbox()
+    return value

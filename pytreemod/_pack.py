@@ -16,9 +16,9 @@ from typing import Any
 import jax
 import jax.tree_util as jtu
 
+from ._meta import slot_value
 from ._partition import Structure, _build, _split
 from ._tree import Path, is_array
-from ._variables import Variable
 
 
 class Skeleton:
@@ -78,7 +78,7 @@ def pack(tree: Any) -> tuple[Skeleton, list[Any], list[Any]]:
     structure, values = _split(tree)
     slots = [i for i, a in enumerate(structure.alias) if a is None]
     slot_values = [values[i] for i in slots]
-    unwrapped = [v.value if isinstance(v, Variable) else v for v in slot_values]
+    unwrapped = [slot_value(v) for v in slot_values]
     leaves: list[Any] = []
     slot_of_leaf: list[int] = []
     for slot, value in zip(slots, unwrapped):

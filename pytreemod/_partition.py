@@ -24,7 +24,7 @@ import jax.tree_util as jtu
 
 from ._errors import StateMismatchError
 from ._filters import FilterLike, check_collections, to_filter
-from ._meta import AxisMetadata
+from ._meta import AxisMetadata, peel, rebox, slot_value
 from ._tree import Path, format_path, is_array, path_keys
 from ._variables import Variable
 
@@ -161,25 +161,15 @@ class SlotSpec:
 
 
 def _spec_of(value: Any) -> SlotSpec | None:
-    boxes: list[AxisMetadata] = []
-    if isinstance(value, Variable):
-        value = value.value
-    while isinstance(value, AxisMetadata):
-        try:
-            boxes.append(value.replace_boxed(None))  # metadata only: no array kept alive
-        except Exception:  # a user box that refuses None: no spec, nothing checked
-            return None
-        value = value.value
-    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    boxes, leaf = peel(value)
+    try:  # metadata only: no array kept alive
+        emptied = tuple(box.replace_boxed(None) for box in boxes)
+    except Exception:  # a user box that refuses None: no spec, nothing checked
+        return None
+    shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
     if shape is None or dtype is None:
         return None
-    return SlotSpec(tuple(shape), dtype, tuple(boxes))
-
-
-def _rebox(boxes: tuple[AxisMetadata, ...], value: Any) -> Any:
-    for box in reversed(boxes):
-        value = box.replace_boxed(value)
-    return value
+    return SlotSpec(tuple(shape), dtype, emptied)
 
 
 def _checked(spec: SlotSpec | None, value: Any, path: Path, check: bool, prefix: str = "") -> Any:
@@ -190,9 +180,7 @@ def _checked(spec: SlotSpec | None, value: Any, path: Path, check: bool, prefix:
         return value
     shape = getattr(value, "shape", None)
     boxed = shape is None and isinstance(value, AxisMetadata)
-    leaf = value
-    while isinstance(leaf, AxisMetadata):
-        leaf = leaf.value
+    leaf = peel(value)[1] if isinstance(value, AxisMetadata) else value
     if boxed:
         shape = getattr(leaf, "shape", None)
     dtype = getattr(leaf, "dtype", None)
@@ -205,7 +193,7 @@ def _checked(spec: SlotSpec | None, value: Any, path: Path, check: bool, prefix:
                 "pass check=False."
             )
     if spec.boxes and not boxed:
-        value = _rebox(spec.boxes, value)
+        value = rebox(spec.boxes, value)
     return value
 
 
@@ -247,10 +235,6 @@ def _split(tree: Any) -> tuple[Structure[Any], list[Any]]:
         treedef, tuple(leaves), tuple(paths), tuple(types), tuple(alias)
     )
     return structure, values
-
-
-def _unwrap(value: Any) -> Any:
-    return value.value if isinstance(value, Variable) else value
 
 
 def _insert(state: State, path: Path, value: Any) -> None:
@@ -314,7 +298,7 @@ def partition(tree: M, /, *filters: FilterLike) -> tuple[Structure[M], *tuple[St
             if pred(path, value):
                 group = i
                 break
-        _insert(states[group], path, _unwrap(value))
+        _insert(states[group], path, slot_value(value))
     return (structure.with_specs(values), *states)
 
 
@@ -452,7 +436,7 @@ def to_variables(tree: Any) -> dict[str, State]:
     for slot, value in enumerate(values):
         if structure.alias[slot] is None:
             coll = structure.collection(slot)
-            _insert(out.setdefault(coll, {}), structure.paths[slot], _unwrap(value))
+            _insert(out.setdefault(coll, {}), structure.paths[slot], slot_value(value))
     return out
 
 

@@ -1,14 +1,15 @@
 """``tabulate``: a table of a model's submodules, their calls, variables and FLOPs.
 
 The model is run once under ``jax.eval_shape`` (no FLOPs spent, nothing allocated). While
-it runs, a call hook (``_module.hooked_calls``: a context variable every Module
-``__call__`` reads, no class is patched) records a call on one of the model's submodules,
-its inputs and outputs (as ``ShapeDtypeStruct``s), under the submodule's path; every
-other call runs straight through. Variables are counted from the model itself, per collection. FLOPs
-come from XLA's cost analysis of the lowered call (``jax.jit(f).lower(...)``), for the
-whole model and for each recorded call.
+it runs, a call hook (``hooked_calls`` below sets ``_module.call_hook``, a context
+variable every Module ``__call__`` reads; no class is patched) records a call on one of
+the model's submodules, its inputs and outputs (as ``ShapeDtypeStruct``s), under the
+submodule's path; every other call runs straight through. Variables are counted from the
+model itself, per collection. FLOPs come from XLA's cost analysis of the lowered call
+(``jax.jit(f).lower(...)``), for the whole model and for each recorded call.
 """
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -19,11 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._apply import apply
 from ._filters import FilterLike
-from ._module import BoundMethod, Module, hooked_calls
+from ._meta import slot_value
+from ._module import BoundMethod, CallHook, Module, call_hook
 from ._pack import pack, unpack
 from ._repr import short_dtype, tree_pformat
-from ._state import apply
 from ._tree import Path, flatten_one_level, format_path, is_array, path_keys
 from ._variables import Variable, collection_of
 
@@ -154,8 +156,7 @@ def _nodes(root: _Node) -> Iterator[_Node]:
 
 
 def _arrays(x: Any) -> list[Any]:
-    value = x.value if isinstance(x, Variable) else x
-    return [a for a in jax.tree.leaves(value) if _is_leaf(a)]
+    return [a for a in jax.tree.leaves(slot_value(x)) if _is_leaf(a)]
 
 
 def _nbytes(a: Any) -> int:
@@ -265,6 +266,21 @@ def _record(recorder: _Recorder) -> Callable[..., Any]:
         return recorder.call(functools.partial(func, module), module, args, kwargs)
 
     return hook
+
+
+@contextlib.contextmanager
+def hooked_calls(hook: CallHook) -> Iterator[None]:
+    """Route every Module ``__call__`` made in this context through ``hook``.
+
+    Nothing is patched: the ``__call__`` descriptor of every Module class reads the hook
+    (a context variable, so threads and other contexts are unaffected) when the call is
+    looked up, ``model(x)`` and ``model.__call__`` alike.
+    """
+    token = call_hook.set(hook)
+    try:
+        yield
+    finally:
+        call_hook.reset(token)
 
 
 def _trace(

@@ -14,7 +14,7 @@ import jax.tree_util as jtu
 
 from ._errors import TransformError
 from ._filters import FilterLike, check_collections, to_filter
-from ._meta import is_box, remove_axis
+from ._meta import is_box, remove_axis, slot_value
 from ._pack import Skeleton, pack, unpack
 from ._tree import Path, format_path, is_array
 from ._variables import Variable
@@ -188,7 +188,7 @@ def _check_axis(what: str, where: Callable[[], str], shape: tuple[int, ...], ax:
 
 
 def _holds_box(value: Any) -> bool:
-    inner = value.value if isinstance(value, Variable) else value
+    inner = slot_value(value)
     if is_box(inner):
         return True
     return not is_array(inner) and any(is_box(x) for x in jtu.tree_leaves(inner, is_leaf=is_box))

@@ -15,7 +15,7 @@ Every Variable subclass is registered with JAX's C++ dataclass path: its only ch
 ``value``, so ``jax.tree.map`` maps the value and keeps the box.
 
 ``Variable.set``/``get`` go through the stack of ``WriteRecorder``s kept here: each active
-``pytreemod.apply`` call (``_state``) pushes one, and the innermost one records the writes.
+``pytreemod.apply`` call (``_apply``) pushes one, and the innermost one records the writes.
 """
 
 import contextvars

@@ -83,10 +83,16 @@ def test_lazy_names_resolve_to_their_definitions() -> None:
 
     assert pm.save is _checkpoint.save and pm.load is _checkpoint.load
     assert pm.tabulate is _tabulate.tabulate and pm.TrainState is _train_state.TrainState
-    from pytreemod import _sharding, _transforms
+    from pytreemod import (
+        _sharding,
+        _transforms_autodiff,
+        _transforms_axes,
+        _transforms_map,
+        _transforms_scan,
+    )
 
-    assert pm.grad is _transforms.grad and pm.vmap is _transforms.vmap
-    assert pm.scan is _transforms.scan and pm.StateAxes is _transforms.StateAxes
+    assert pm.grad is _transforms_autodiff.grad and pm.vmap is _transforms_map.vmap
+    assert pm.scan is _transforms_scan.scan and pm.StateAxes is _transforms_axes.StateAxes
     assert pm.shard is _sharding.shard and pm.LogicalRules is _sharding.LogicalRules
     assert {"nn", "save", "TrainState", "Module"} <= set(dir(pm))
     assert adapters.linen.Dense is not None and "nnx" in dir(adapters)

@@ -1,4 +1,4 @@
-"""``pack``: the one primitive every lifted transform is built on (the lifting note).
+"""``pack``: the one primitive every lifted transform is built on (docs/design/lifting.md).
 
 ``pack(fn, in_variable_filters, out_variable_filters, rng_filters)`` returns a scope
 function. Called with a scope (or a PyTree of scopes) it goes through six stages:
@@ -76,7 +76,7 @@ def _copy_dicts(x: Any) -> Any:
 
 class _Lifting:
     """One call of a lifted function: the root scopes and the filters, with stages 2, 4,
-    5 and 6 of the lifting note as methods (``groups``, ``scope_fn``, ``repack_fn``,
+    5 and 6 of docs/design/lifting.md as methods (``groups``, ``scope_fn``, ``repack_fn``,
     ``publish``)."""
 
     def __init__(

@@ -1,7 +1,7 @@
 """Lifted control flow: ``while_loop``, ``cond``, ``switch`` (``pack`` plus
 ``pytreemod.while_loop``/``cond``/``switch``).
 
-Limits (the lifting note's table): carry variables cannot be created in a ``while_loop``
+Limits (docs/design/lifting.md): carry variables cannot be created in a ``while_loop``
 body (``CarryVariableInitError``); ``cond``/``switch`` branches must create and update the
 same variables (``BranchVariableMismatchError``).
 """

@@ -4,7 +4,7 @@
 broadcast groups as ``None`` to ``pm.scan``, boxes and ``metadata_params`` as they are:
 ``pm.scan`` removes the scanned axis from the boxes of scanned groups before the loop and
 adds it to the boxes of stacked outputs after it. There is no second implementation of
-scan, or of the box axes, here. Limit (the lifting note's table): carry variables cannot
+scan, or of the box axes, here. Limit (docs/design/lifting.md): carry variables cannot
 be created inside a ``scan`` body (``CarryVariableInitError``).
 """
 

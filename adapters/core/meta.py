@@ -34,8 +34,7 @@ is_axis_metadata: Callable[[Any], bool] = pm.is_box
 
 def get_global_mesh() -> Any:
     """The mesh set by ``jax.sharding.use_mesh``/``jax.set_mesh``, or ``None``."""
-    mesh = jax.sharding.get_abstract_mesh()
-    return None if mesh.empty else mesh
+    return pm.sharding.current_mesh()
 
 
 def global_mesh_defined() -> bool:
@@ -46,10 +45,12 @@ def global_mesh_defined() -> bool:
 def _unbox_one(box: Any) -> Any:
     # Flax's Partitioned.unbox: under a mesh (its own or the global one) the value gets a
     # sharding constraint from its names. LogicallyPartitioned applies its own.
-    if type(box) is Partitioned and (box.mesh is not None or global_mesh_defined()):
+    # pytreemod's one way to apply a sharding: a reshard on Explicit mesh axes.
+    mesh = box.mesh if type(box) is Partitioned and box.mesh is not None else None
+    if type(box) is Partitioned and (mesh is not None or global_mesh_defined()):
+        mesh = mesh if mesh is not None else get_global_mesh()
         spec = jax.sharding.PartitionSpec(*box.names)
-        target = spec if box.mesh is None else jax.sharding.NamedSharding(box.mesh, spec)
-        return jax.lax.with_sharding_constraint(box.value, target)
+        return pm.sharding.apply_sharding(box.value, jax.sharding.NamedSharding(mesh, spec))
     return box.unbox()
 
 

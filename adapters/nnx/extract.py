@@ -250,7 +250,31 @@ def _head(path: Any) -> int:
 
 
 def _raw(x: Any) -> Any:
-    return x.get_raw_value() if isinstance(x, Variable) else x
+    if not isinstance(x, Variable):
+        return x
+    raw = x.get_raw_value()
+    return _Contents(raw) if type(raw) in (dict, list) else raw
+
+
+class _Contents:
+    """A Variable's container value (``sow``'s and ``capture``'s dicts) with the leaves it
+    held on entry: an item set in place (``v[key] = x``) is a change of the Variable."""
+
+    __slots__ = ("leaves", "treedef", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.leaves, self.treedef = jax.tree_util.tree_flatten(value)
+
+    def changed(self, now: Any) -> bool:
+        if now is not self.value:
+            return True
+        leaves, treedef = jax.tree_util.tree_flatten(now)
+        return treedef != self.treedef or any(a is not b for a, b in zip(leaves, self.leaves))
+
+
+def _changed(now: Any, before: Any) -> bool:
+    return before.changed(now) if type(before) is _Contents else now is not before
 
 
 @dataclasses.dataclass
@@ -281,7 +305,7 @@ class Raised:
         for j, ((_, leaf), before) in enumerate(zip(self.entry, self.entry_raw)):
             if isinstance(leaf, Variable):
                 now = leaf.get_raw_value()
-                if now is not before or j in self.keep:
+                if _changed(now, before) or j in self.keep:
                     changed.append(j)
                     values.append(self._constrain(self.entry[j][0], now))
         structural = False
@@ -608,37 +632,103 @@ class NodeStates:
 
 jax.tree_util.register_pytree_node(
     NodeStates,
-    lambda n: ((_Static(n._graphdef), n.states), n.metadata),
+    # No GraphDef (a prefix's NodeStates) is None, a prefix leaf over the GraphDef.
+    lambda n: ((None if n._graphdef is None else _Static(n._graphdef), n.states), n.metadata),
     lambda meta, ch: NodeStates(ch[0].value if isinstance(ch[0], _Static) else ch[0], ch[1], meta),
 )
 
 
-def to_tree(tree: Any, /, *, prefix: Any = Missing, check_aliasing: bool = True) -> Any:
-    """Each graph node in ``tree`` as a ``NodeStates`` (split jointly: shared Variables are
-    stored once). With ``prefix``, Variables given two prefixes are an error."""
-    if check_aliasing and prefix is not Missing and prefix is not None:
-        prefixes = broadcast_prefix(prefix, tree, prefix_is_leaf=lambda x: x is None)
-        node_prefixes: dict[int, list[tuple[PathParts, Any]]] = {}
-        leaves = jax.tree_util.tree_leaves(tree, is_leaf=is_node_leaf)
-        for leaf, p in zip(leaves, prefixes):
-            if is_node_leaf(leaf):
-                check_consistent_aliasing(leaf, p, node_prefixes=node_prefixes)
-    pure, _ = lower(tree, graph=True, graph_updates=True, name="to_tree")
-    return jax.tree.map(
-        lambda s: NodeStates.from_split(s.info, *s.groups) if is_slot(s) else s,
-        pure,
-        is_leaf=is_slot,
-    )
+def _is_graph_leaf(x: Any) -> bool:
+    return isinstance(x, Variable) or graphlib.is_graph_node(x)
 
 
-def from_tree(tree: Any, /) -> Any:
-    """Inverse of ``to_tree``: new objects (shared Variables shared again)."""
-    pure = jax.tree.map(
-        lambda n: NodeSlot(n._graphdef, n.states) if isinstance(n, NodeStates) else n,
-        tree,
-        is_leaf=lambda x: isinstance(x, NodeStates),
-    )
-    return raise_inputs(pure, graph=True, graph_updates=True, name="from_tree")[0]
+def default_split_fn(ctx: Any, path: KeyPath, prefix: Any, leaf: Any) -> "NodeStates":
+    """``to_tree``'s default: the node split whole by the shared context."""
+    return NodeStates.from_split(*ctx.split(leaf))
+
+
+def merge_tree_node(ctx: Any, path: KeyPath, prefix: Any, leaf: Any) -> Any:
+    """``from_tree``'s default: a ``NodeStates`` merged by the shared context."""
+    if not isinstance(leaf, NodeStates):
+        raise ValueError(f"Expected TreeNode, got {type(leaf)} at path {path}")
+    return ctx.merge(leaf.graphdef, *leaf.states)
+
+
+def is_tree_node(x: Any) -> bool:
+    return isinstance(x, NodeStates)
+
+
+def to_tree(
+    tree: Any,
+    /,
+    *,
+    prefix: Any = Missing,
+    split_fn: Callable[[Any, KeyPath, Any, Any], Any] = default_split_fn,
+    map_non_graph_nodes: bool = False,
+    ctxtag: Hashable | None = None,
+    check_aliasing: bool = True,
+) -> Any:
+    """Each graph node (and Variable) of ``tree`` as ``split_fn``'s result, by default a
+    ``NodeStates``: the nodes are split in one ``split_context``, so a node met again is
+    a ``NodeRef`` in its GraphDef and its state is empty. With ``prefix``, each node's
+    prefix is passed to ``split_fn``, and a Variable given two prefixes is an error."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_graph_leaf)
+    if prefix is Missing or prefix is None:
+        prefixes: list[Any] = [prefix] * len(flat)
+        keypaths: list[Any] = [()] * len(flat)
+        check_aliasing = False
+    else:
+        prefixes = broadcast_prefix(
+            prefix,
+            tree,
+            prefix_is_leaf=lambda x: x is None or _is_graph_leaf(x),
+            tree_is_leaf=_is_graph_leaf,
+        )
+        keypaths = [keypath for keypath, _ in flat]
+    node_prefixes: dict[int, list[tuple[PathParts, Any]]] = {}
+    out: list[Any] = []
+    with graphlib.split_context(ctxtag) as ctx:
+        for keypath, (_, leaf), leaf_prefix in zip(keypaths, flat, prefixes, strict=True):
+            if _is_graph_leaf(leaf):
+                if check_aliasing:
+                    check_consistent_aliasing(leaf, leaf_prefix, node_prefixes=node_prefixes)
+                leaf = split_fn(ctx, keypath, leaf_prefix, leaf)
+            elif map_non_graph_nodes:
+                leaf = split_fn(ctx, keypath, leaf_prefix, leaf)
+            out.append(leaf)
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def from_tree(
+    tree: Any,
+    /,
+    *,
+    prefix: Any = Missing,
+    merge_fn: Callable[[Any, KeyPath, Any, Any], Any] = merge_tree_node,
+    is_node_leaf: Callable[[Any], bool] = is_tree_node,
+    is_leaf: Callable[[Any], bool] = is_tree_node,
+    map_non_graph_nodes: bool = False,
+    is_inner: bool | None = None,
+    ctxtag: Hashable | None = None,
+) -> Any:
+    """Inverse of ``to_tree``: every ``NodeStates`` (``is_node_leaf``) merged in one
+    ``merge_context``, so references split as ``NodeRef`` are the same object again."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
+    if prefix is Missing or prefix is None:
+        prefixes: list[Any] = [prefix] * len(flat)
+        keypaths: list[Any] = [()] * len(flat)
+    else:
+        prefixes = broadcast_prefix(
+            prefix, tree, prefix_is_leaf=lambda x: x is None or is_leaf(x), tree_is_leaf=is_leaf
+        )
+        keypaths = [keypath for keypath, _ in flat]
+    out: list[Any] = []
+    with graphlib.merge_context(ctxtag, is_inner) as ctx:
+        for keypath, (_, leaf), leaf_prefix in zip(keypaths, flat, prefixes, strict=True):
+            if map_non_graph_nodes or is_node_leaf(leaf) or isinstance(leaf, Variable):
+                leaf = merge_fn(ctx, keypath, leaf_prefix, leaf)
+            out.append(leaf)
+    return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def clear_non_graph_nodes(tree: Any) -> Any:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayerConfigError
-from .._meta import AxisMetadata
+from .._meta import unboxed
 
 
 def promote_dtype(*arrays: Any, dtype: Any = None, inexact: bool = True) -> tuple[Any, ...]:
@@ -113,13 +113,6 @@ def as_tuple(
             "a single int)."
         )
     return out
-
-
-def unboxed(value: Any) -> Any:
-    """The array inside an axis-metadata box (``Partitioned``), or ``value`` itself."""
-    while isinstance(value, AxisMetadata):
-        value = value.unbox()
-    return value
 
 
 def var_value(variable: Any) -> Any:

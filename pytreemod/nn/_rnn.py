@@ -12,7 +12,8 @@ from .._errors import LayerConfigError
 from .._module import Module, field
 from .._shapecheck import AnyArray, fail, summary
 from .._sharding._ops import steady_carry
-from .._transforms import Carry, scan
+from .._transforms_axes import Carry
+from .._transforms_scan import scan
 from . import _ops_recurrent as R
 from ._recurrent import RNNCellBase
 from ._validate import callable_arg, positive_int

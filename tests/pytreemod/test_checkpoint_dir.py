@@ -251,3 +251,18 @@ def test_a_load_verifies_the_files_it_reads(saved: tuple[pathlib.Path, Any]) -> 
     target: Any = Target()
     assert [_overlaps(f"{i}.0", [4, 2], target) for i in range(2)] == [False, True]
     assert _overlaps(".zarray", [4, 2], target) and _overlaps("0", None, target)
+
+
+def test_the_default_for_a_model_sharded_over_devices(
+    tmp_path: pathlib.Path, mesh: jax.sharding.Mesh
+) -> None:
+    """A directory, unless the path names a file (.safetensors); replicated or one-device
+    arrays: a file."""
+    model = make_model(mesh)
+    pm.save(tmp_path / "ckpt", model)
+    pm.save(tmp_path / "ckpt.safetensors", model)
+    pm.save(tmp_path / "small", {"w": jnp.ones(3)})
+    assert (tmp_path / "ckpt" / "CHECKPOINT").is_file()
+    assert (tmp_path / "ckpt.safetensors").is_file() and (tmp_path / "small").is_file()
+    for name in ("ckpt", "ckpt.safetensors"):
+        _same(pm.load(tmp_path / name, pm.abstract(model, mesh)), model)

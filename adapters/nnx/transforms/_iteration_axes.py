@@ -145,6 +145,9 @@ def axis_of(prefix: Any, path: Path, value: Any) -> Any:
     if isinstance(prefix, StateAxes):
         return prefix.map_prefix(path, value)
     if is_tree_state(prefix):
+        if not hasattr(prefix.state, "flat_state"):  # a Variable's prefix: one axis
+            state = prefix.state
+            return state.get_value() if isinstance(state, Variable) else state
         for p, axis in prefix.state.flat_state():
             if tuple(p) == tuple(path):
                 return axis.get_value() if isinstance(axis, Variable) else axis

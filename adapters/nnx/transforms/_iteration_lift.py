@@ -280,9 +280,10 @@ def assign_variable(target: Any, source: Any) -> None:
         target.set_raw_value(source.get_raw_value())
 
 
-def _transplant(outer: Any, new: Any, memo: dict[int, Any]) -> Any:
+def _transplant(outer: Any, new: Any, memo: dict[int, Any], added: list[Any]) -> Any:
     """``outer`` made to look like ``new`` in place (Variables keep their identity, changed
-    or added attributes are taken from ``new``); returns what the parent should hold."""
+    or added attributes are taken from ``new``); returns what the parent should hold.
+    ``added`` collects ``(dict, key)`` of the values taken from ``new`` as they are."""
     if id(new) in memo:
         return memo[id(new)]
     if isinstance(outer, Variable) and type(outer) is type(new):
@@ -295,16 +296,21 @@ def _transplant(outer: Any, new: Any, memo: dict[int, Any]) -> Any:
         for key, value in list(vars(new).items()):
             if key in attrs and attrs[key] is value:
                 continue
-            attrs[key] = _transplant(attrs[key], value, memo) if key in attrs else value
+            if key in attrs:
+                attrs[key] = _transplant(attrs[key], value, memo, added)
+            else:
+                attrs[key] = value
+            if attrs[key] is value:
+                added.append((attrs, key))
         return outer
     if type(outer) is type(new) and isinstance(new, (list, tuple, dict)) and len(outer) == len(new):
         if isinstance(new, dict):
             if set(outer) != set(new):
                 return new
             for key in new:
-                outer[key] = _transplant(outer[key], new[key], memo)
+                outer[key] = _transplant(outer[key], new[key], memo, added)
             return outer
-        items = [_transplant(a, b, memo) for a, b in zip(outer, new, strict=True)]
+        items = [_transplant(a, b, memo, added) for a, b in zip(outer, new, strict=True)]
         if isinstance(outer, list):
             outer[:] = items
             return outer
@@ -312,19 +318,49 @@ def _transplant(outer: Any, new: Any, memo: dict[int, Any]) -> Any:
     return new
 
 
+def _redirect(value: Any, memo: dict[int, Any], seen: set[int]) -> Any:
+    """``value`` (an object created inside the transform) with its references to the
+    transform's copies of the caller's objects pointing at the caller's objects."""
+    if id(value) in memo:
+        return memo[id(value)]
+    if id(value) in seen or isinstance(value, Variable):
+        return value
+    seen.add(id(value))
+    if type(value) is tuple:
+        return tuple(_redirect(v, memo, seen) for v in value)
+    if type(value) is list:
+        value[:] = [_redirect(v, memo, seen) for v in value]
+    elif type(value) is dict:
+        for key in list(value):
+            value[key] = _redirect(value[key], memo, seen)
+    elif is_node(value) and hasattr(value, "__dict__"):
+        attrs = vars(value)
+        for key, item in list(attrs.items()):
+            fixed = _redirect(item, memo, seen)
+            if fixed is not item:
+                attrs[key] = fixed
+    return value
+
+
 def write_back(nodes: Sequence[Any], split: Split, values: Sequence[Any]) -> None:
     """Update the caller's ``nodes`` in place with the state ``split``/``values`` describe.
 
     The state is merged into new objects first, then transplanted into the caller's: their
     Variables get the new values, and attributes added or replaced inside the transform
-    (a vmapped ``__init__`` creating submodules) are set on the caller's objects.
+    (a vmapped ``__init__`` creating submodules) are set on the caller's objects, their
+    references to the inputs redirected to the caller's objects (a submodule created
+    inside keeps sharing its parent's ``Rngs``, as in Flax).
     """
     if split.graphdef is None:
         return
     fresh = split.rebuild(values)
     memo: dict[int, Any] = {}
+    added: list[Any] = []
     for outer, new in zip(nodes, fresh, strict=True):
-        _transplant(outer, new, memo)
+        _transplant(outer, new, memo, added)
+    seen: set[int] = set()
+    for attrs, key in added:
+        attrs[key] = _redirect(attrs[key], memo, seen)
 
 
 def metadata_hook(transform_metadata: Any, add: bool) -> Hook | None:

@@ -76,6 +76,8 @@ def spec_axes(*specs: Any) -> list[Any]:
         for leaf in jax.tree_util.tree_leaves(spec, is_leaf=is_prefix_leaf):
             if isinstance(leaf, StateAxes):
                 axes: Sequence[Any] = leaf.axes
+            elif is_tree_state(leaf) and not hasattr(leaf.state, "flat_state"):
+                axes = [axis_of(leaf, (), None)]  # a Variable's prefix: one axis
             elif is_tree_state(leaf):
                 axes = [axis_of(leaf, tuple(p), None) for p, _ in leaf.state.flat_state()]
             else:

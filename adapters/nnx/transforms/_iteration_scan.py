@@ -266,7 +266,9 @@ def _make_body(f: Callable[..., Any], spec: Any, opts: dict[str, Any]) -> Callab
             if not is_node(leaf)
         ]
         shape = dataclasses.replace(ys_low, nodes=[], plain=[])
-        record = _Static((scanned_entries, shape, ys_split))
+        # The GraphDef after the step: a scanned node may gain Variables (a lazily
+        # initialised layer), which come back stacked like its other scanned state.
+        record = _Static((scanned_entries, shape, ys_split, after.graphdef))
         return (static, carried, carry_plain_out, bcast), (
             scanned,
             ys_values,
@@ -306,11 +308,12 @@ def _run(body: Callable[..., Any], args: tuple[Any, ...], spec: Any, opts: dict[
         unroll=opts["unroll"],
         _split_transpose=opts["_split_transpose"],
     )
-    scanned_entries, ys_low, ys_split = record.value
+    scanned_entries, ys_low, ys_split, after_graphdef = record.value
     scanned = _moved(scanned, [e.axis for e in scanned_entries for _ in range(e.count)], False)
+    graphdef = after_graphdef if opts["graph"] and opts["graph_updates"] else split.graphdef
     write_back(
         low.nodes,
-        Split(split.graphdef, [*plan.carry_entries, *scanned_entries]),
+        Split(graphdef, [*plan.carry_entries, *scanned_entries]),
         [*state_carry, *scanned],
     )
     ys = rebuild_output(

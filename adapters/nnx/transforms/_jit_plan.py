@@ -293,6 +293,11 @@ def build_plan(
         specs.append((slot.info, is_donated, tuple(groups)))
     if len(donated) + len(kept) != len(lowered.leaves):
         return None
+    # Under another transform's trace the objects are that trace's (rebuilt on every
+    # trace): a plan would never be reused, and would count against building others.
+    values = [s._raw_value for s in (*donated, *kept)] + [full[i] for i in others]
+    if any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values)):
+        return None
     try:
         refs = tuple((i, weakref.ref(full[i])) for i in positions)
     except TypeError:

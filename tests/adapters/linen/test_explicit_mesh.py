@@ -344,3 +344,15 @@ def test_scanned_stack_split_over_data_on_an_explicit_mesh_is_a_sharding_error()
         variables = jax.jit(ScannedStack().init, out_shardings=want)(jax.random.key(0), x)
         with pytest.raises(pm.ShardingError, match="JAX scans only over a replicated axis"):
             ScannedStack().apply(variables, x)
+
+
+def test_unbox_of_a_partitioned_value_reshards_on_an_explicit_mesh() -> None:
+    """Flax's ``Partitioned.unbox`` constrains the value by its names under a mesh; on an
+    Explicit mesh a value sharded otherwise is resharded (JAX's constraint would refuse)."""
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    with jax.set_mesh(mesh):
+        value = jax.device_put(jnp.arange(32.0).reshape(8, 4), P("data", None))
+        box = nn.Partitioned(value, names=(None, "model"))
+        out = nn.unbox({"w": box})["w"]
+    assert out.sharding.spec == P(None, "model")
+    np.testing.assert_array_equal(out, value)

@@ -203,3 +203,18 @@ def test_fast_path_agrees_with_eager_calls(ops: list[str]) -> None:
     np.testing.assert_allclose(f(jitted, x), eager(x), rtol=1e-6)
     for a, b in zip(jax.tree.leaves(nnx.state(jitted)), jax.tree.leaves(nnx.state(eager))):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_calls_under_another_transform_build_no_plan() -> None:
+    f, _ = counted()
+    m = Stack(2.0)
+
+    @nnx.scan(in_axes=(nnx.Carry, None), out_axes=nnx.Carry, length=6)
+    def loop(x: jax.Array, m: Stack) -> jax.Array:
+        return f(m, x)
+
+    np.testing.assert_allclose(loop(jnp.ones(3), m), 20.0**6 * np.ones(3), rtol=1e-6)
+    assert f.plans.enabled and f.plans.wasted == 0
+    f(m, jnp.ones(3))
+    f(m, jnp.ones(3))
+    assert len(f.plans.plans) == 1 and f.plans.last_used

@@ -180,3 +180,129 @@ def test_state_method_deprecation_is_attributed_to_the_library(lib: Any) -> None
     (warning,) = caught
     assert "will be deprecated and be replaced by the built-in" in str(warning.message)
     assert warning.filename.endswith("statelib.py")
+
+
+# --- a container-valued Variable changed in place inside a transform -------------------
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_item_set_in_a_dict_variable_inside_jit_reaches_the_caller(lib: Any) -> None:
+    class Recorder(lib.Module):
+        def __init__(self) -> None:
+            self.seen = lib.data(lib.Intermediate({}))
+
+    recorder = Recorder()
+
+    @lib.jit
+    def record(r: Any, x: jax.Array) -> jax.Array:
+        r.seen["tripled"] = x * 3  # the dict is changed in place
+        return x
+
+    record(recorder, jnp.asarray(1.0))
+    assert float(recorder.seen.get_value()["tripled"]) == 3.0
+    record(recorder, jnp.asarray(2.0))
+    assert float(recorder.seen.get_value()["tripled"]) == 6.0
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_capture_of_a_jitted_method_gives_perturbation_gradients(lib: Any) -> None:
+    class Tripler(lib.Module):
+        @lib.jit
+        def __call__(self, x: jax.Array) -> jax.Array:
+            y = 3 * self.perturb("grad_of_x", x)
+            self.sow(lib.Intermediate, "y", y)
+            return y
+
+    model = Tripler()
+    _, perturbations = lib.capture(model, lib.Perturbation)(1.0)
+
+    def loss(model: Any, perturbations: Any) -> Any:
+        return lib.capture(model, lib.Intermediate, init=perturbations)(1.0)
+
+    grads, sowed = lib.grad(loss, argnums=1, has_aux=True)(model, perturbations)
+    assert float(grads["grad_of_x"].get_value()) == 3.0
+    (y,) = sowed["y"].get_value()
+    assert float(y) == 3.0
+
+
+# --- to_tree / from_tree and Variable prefixes -----------------------------------------
+
+
+def test_to_tree_splits_a_shared_node_once_and_from_tree_joins_it_again() -> None:
+    linear = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    pure = nnx.to_tree((linear, 1, {"again": linear}))
+    first, again = pure[0], pure[2]["again"]
+    assert isinstance(first.graphdef.nodes[0], nnx.graphlib.NodeDef)
+    assert isinstance(again.graphdef.nodes[0], nnx.graphlib.NodeRef)
+    assert len(nnx.to_flat_state(first.states[0])) == 2
+    assert len(nnx.to_flat_state(again.states[0])) == 0
+    back = nnx.from_tree(pure)
+    assert back[0] is back[2]["again"] and back[1] == 1
+    with pytest.raises(ValueError, match="Expected TreeNode"):
+        nnx.from_tree((pure[0], 2), map_non_graph_nodes=True)
+
+
+def test_to_tree_passes_prefixes_to_split_fn_and_a_prefix_nodestates_broadcasts() -> None:
+    module = nnx.BatchNorm(3, rngs=nnx.Rngs(0))
+    seen = []
+
+    def split_fn(ctx: Any, path: Any, prefix: Any, node: Any) -> Any:
+        seen.append(prefix)
+        return nnx.NodeStates.from_split(*ctx.split(node, nnx.Param, nnx.BatchStat))
+
+    pure = nnx.to_tree((module,), prefix=("axes",), split_fn=split_fn)
+    assert seen == ["axes"]
+    prefix = (nnx.NodeStates.from_prefixes((None, 0)),)
+    # A prefix NodeStates has no GraphDef: its None stands over the node's GraphDef.
+    jax.tree_util.tree_map(lambda *_: None, prefix, pure, is_leaf=lambda x: x is None)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_vmap_with_a_prefix_made_for_a_variable(lib: Any) -> None:
+    v = lib.Param(jnp.ones((4, 2, 3)))
+    axes = lib.prefix(v, {lib.Param: 0}, graph=True)
+    forward = lib.vmap(lambda v, x: x @ v, in_axes=(axes, None), graph_updates=False)
+    assert forward(v, jnp.ones((2,))).shape == (4, 3)
+
+
+# --- objects created inside vmap that point at the inputs ------------------------------
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_submodule_created_in_vmap_shares_the_callers_rngs(lib: Any) -> None:
+    class Holder(lib.Module):
+        def __init__(self) -> None:
+            self.rngs = lib.Rngs(0)
+
+    holder = Holder()
+    axes = lib.StateAxes({lib.RngState: 0, ...: None})
+
+    @lib.split_rngs(splits=2)
+    @lib.vmap(in_axes=(axes,), axis_size=2)
+    def attach(parent: Any) -> None:
+        child = lib.Module()
+        child.rngs = parent.rngs  # the input's Rngs, seen from inside
+        parent.child = child
+
+    attach(holder)
+    assert holder.child.rngs is holder.rngs
+    assert holder.rngs.default.key.get_value().shape == ()  # split_rngs restored it
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_variable_created_in_a_scanned_module_comes_back_stacked(lib: Any) -> None:
+    class Lazy(lib.Module):
+        def __init__(self) -> None:
+            self.scale = lib.Param(jnp.arange(3.0))  # one per step
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            if not hasattr(self, "bias"):  # created on first use, inside the scan
+                self.bias = lib.Param(jnp.ones(()) * self.scale[...])
+            return x * self.scale[...] + self.bias[...]
+
+    lazy = Lazy()
+    step = lib.scan(lambda m, x: (m(x), None), in_axes=(0, lib.Carry), out_axes=(lib.Carry, 0))
+    out, _ = step(lazy, jnp.ones(()))
+    assert lazy.bias.shape == (3,)
+    assert jnp.allclose(lazy.bias[...], jnp.arange(3.0))
+    assert float(out) == 4.0  # ((1 * 0 + 0) * 1 + 1) * 2 + 2
