@@ -67,9 +67,18 @@ def _handler_classes() -> tuple[Any, Any, Any]:
         ``pm.load``."""
 
         async def async_save(self, directory: Any, args: Any) -> list[Any]:
-            _, write = _writer(directory, args)
+            as_dir, write = _writer(directory, args)
+            if as_dir:
+                # Written now, in the thread that called save (the step's folder exists:
+                # the manager makes its folders synchronously). A checkpoint directory's
+                # save waits at barriers of every process, which Orbax and JAX make of
+                # device collectives: from a background thread they would interleave
+                # with the training's own collectives (and Orbax's) in a different order
+                # in each process.
+                write()
+                return []
 
-            async def commit() -> None:  # once Orbax has made the step's folder
+            async def commit() -> None:
                 write()
 
             return [ocp.future.CommitFutureAwaitingContractedSignals(commit(), name=NAME)]
@@ -155,6 +164,8 @@ class CheckpointManager:
             save_interval_steps=save_interval_steps,
             enable_async_checkpointing=background,
             create=True,
+            # the step's folders exist before the handler runs (see Handler.async_save)
+            async_options=ocp.AsyncOptions(create_directories_asynchronously=False),
         )
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_handlers={ITEM: handler()}
@@ -168,8 +179,9 @@ class CheckpointManager:
         args = _ocp().args.Composite(**{ITEM: self._save_args(model, directory)})
         saved = bool(self._manager.save(step, args=args, force=force))
         if saved and (directory or (directory is None and ctree.split_over_processes(model))):
-            # a directory's arrays are read from the devices by Orbax as it writes them:
-            # done before returning, so that training may donate them
+            # a directory is written before Orbax's save returns (Handler.async_save):
+            # wait for Orbax to finish the step too (rename it into place), so that the
+            # step is complete when save returns
             self.wait()
         return saved
 

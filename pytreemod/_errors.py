@@ -223,15 +223,20 @@ class ShardingError(PytreemodError, ValueError):
 
 
 class CheckpointError(PytreemodError, ValueError):
-    """A tree cannot be saved, or a checkpoint file cannot be read.
+    """A tree cannot be saved, or a checkpoint cannot be read.
 
     Cause: ``save`` was given a value that has no data to write (an ``eval_shape``
-    skeleton, a traced value, an array split over processes), a path key that is not a
-    string or integer, or two paths that name the same tensor; or ``load`` was given a
-    path with no file. Subclasses cover malformed files and files that do not fit.
+    skeleton, a traced value), an array split over processes with ``directory=False``
+    (one file cannot hold it), a path key that is not a string or integer, or two paths
+    that name the same tensor; the operating system refused the write (a missing or
+    read-only folder, a full disk: the target is named, nothing partial is left); or
+    ``load`` (or ``CheckpointManager.restore``) was given a path, or a step, with no
+    complete checkpoint. Subclasses cover malformed checkpoints and ones that do not fit.
 
-    Fix: save concrete arrays (call ``save`` outside ``jit``; use Orbax for arrays sharded
-    over several processes); use string or integer keys; check the file path.
+    Fix: save concrete arrays (call ``save`` outside ``jit``); for arrays sharded over
+    several processes let ``save`` write a checkpoint directory (the default, or
+    ``directory=True``), every process calling it; use string or integer keys; check
+    the path, its folder's permissions and free space.
     """
 
 

@@ -1,6 +1,8 @@
 """The sharded LM example (tiny config): on JAX's default Explicit 2x4 mesh, FSDP x tensor
 parallel from logical names alone, its losses are the single-device run's and every device
-holds an eighth of the parameters; two processes with 4 devices each train as one."""
+holds an eighth of the parameters; two processes with 4 devices each train as one, and,
+killed in the middle of a checkpoint save and started again, resume from their last
+complete checkpoint with the losses of an uninterrupted run."""
 
 import json
 import os
@@ -9,6 +11,7 @@ import socket
 import subprocess
 import sys
 import types
+from typing import Any
 
 import jax
 import numpy as np
@@ -16,7 +19,8 @@ import pytest
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
-from tests.helpers import wait_for_processes
+import pytreemod as pm
+from tests.helpers import kill_processes, wait_for_processes
 from tests.xla_env import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -73,14 +77,48 @@ def test_explicit_fsdp_tp_matches_one_device(tiny_runs: tuple[dict, str]) -> Non
 
 
 # ----------------------------------------------------------------- two processes
+#
+# Two processes with 4 devices each train the tiny config with a checkpoint every 2 steps
+# (pm.CheckpointManager: a checksummed checkpoint directory per step, each process writing
+# its own shards). The uninterrupted run is the reference; a second run is SIGKILLed (both
+# processes) while it saves step 4, after step 2 is complete, and started again: it
+# resumes from step 2 with the uninterrupted run's losses.
+
+EVERY = 2  # steps between checkpoints
+CHECKPOINTS = ["--checkpoint-every", str(EVERY), "--keep", "3"]
 
 
-def worker(process_id: int, port: int, folder: str) -> None:
+def _hang_in_second_save(folder: str, process_id: int) -> None:
+    """Make the second checkpoint save stop once this process has written its shards (in
+    the step's temporary folder), before the checkpoint is committed: it announces it
+    with a file in ``folder`` and waits there to be killed."""
+    import time
+
+    from pytreemod import _checkpoint_dir
+
+    hash_mine = _checkpoint_dir._hash_mine
+    calls = []
+
+    def hang(version: str, arrays: dict[str, Any]) -> dict[str, str]:
+        calls.append(version)
+        if len(calls) == 2:
+            pathlib.Path(folder, f"hung{process_id}").touch()
+            time.sleep(TIMEOUT)
+        return hash_mine(version, arrays)
+
+    _checkpoint_dir._hash_mine = hang
+
+
+def worker(process_id: int, port: int, folder: str, mode: str = "train") -> None:
     flags = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
-    flags += ["--process-id", str(process_id), "--no-reference"]
+    flags += ["--process-id", str(process_id), "--no-reference", *CHECKPOINTS]
+    flags += ["--checkpoint-dir", os.path.join(folder, "run")]
+    if mode == "hang":
+        _hang_in_second_save(folder, process_id)
     run = _example().main([*TINY, *flags])["explicit"]
     _check_sharded_run(run, 4)
-    result = {"losses": run["losses"], "devices": [jax.device_count(), jax.process_count()]}
+    result = {"losses": run["losses"], "first_step": run["first_step"]}
+    result["devices"] = [jax.device_count(), jax.process_count()]
     with open(os.path.join(folder, f"worker{process_id}.json"), "w") as f:
         json.dump(result, f)
 
@@ -91,14 +129,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_train_as_one(tmp_path: pathlib.Path, tiny_runs: tuple[dict, str]) -> None:
+def _start(
+    folder: pathlib.Path, cache: pathlib.Path, mode: str = "train"
+) -> list[subprocess.Popen[bytes]]:
+    """Two workers, sharing JAX's compilation cache ``cache`` with the other runs (most of
+    a run is compiling its programs, the same in every run)."""
     port = _free_port()
     env = dict(os.environ, XLA_FLAGS=xla_flags(4))
     env["JAX_PLATFORMS"] = "cpu"
+    env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    procs = [
+    return [
         subprocess.Popen(
-            [sys.executable, "-m", MODULE, str(i), str(port), str(tmp_path)],
+            [sys.executable, "-m", MODULE, str(i), str(port), str(folder), mode],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -107,15 +152,92 @@ def test_two_processes_train_as_one(tmp_path: pathlib.Path, tiny_runs: tuple[dic
         )
         for i in range(2)
     ]
+
+
+def _results(folder: pathlib.Path) -> list[dict]:
+    return [json.loads((folder / f"worker{i}.json").read_text()) for i in range(2)]
+
+
+def _steps(run: pathlib.Path) -> tuple[list[int], list[str]]:
+    """The complete steps of a run folder (as ``pm.CheckpointManager`` lists them), and
+    the names of the other entries in it (unfinished steps' temporary folders)."""
+    with pm.CheckpointManager(run) as manager:
+        steps = manager.all_steps()
+    return steps, sorted(set(os.listdir(run)) - {str(s) for s in steps})
+
+
+def _wait_until_hung(procs: list[subprocess.Popen[bytes]], folder: pathlib.Path) -> None:
+    """Wait until both workers stop in their second save, then SIGKILL them (a worker
+    that exits instead fails the test with its output)."""
+    import time
+
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while not all((folder / f"hung{i}").exists() for i in range(2)):
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                wait_for_processes(procs, timeout=1)
+                pytest.fail("the workers did not reach their second save")
+            time.sleep(0.05)
+    finally:
+        kill_processes(procs)  # SIGKILL, both process groups
+        for p in procs:
+            assert p.stdout is not None
+            p.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[pathlib.Path, list[dict], pathlib.Path, pathlib.Path]:
+    """Two processes train the tiny config with checkpoints, uninterrupted (their folder
+    and results); meanwhile two more are killed in their save of step 4 (their folder)."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    killed = tmp_path_factory.mktemp("killed")
+    cache = tmp_path_factory.mktemp("jax-cache")
+    procs = _start(folder, cache)
+    try:
+        _wait_until_hung(_start(killed, cache, "hang"), killed)
+    except BaseException:
+        kill_processes(procs)
+        raise
     wait_for_processes(procs, timeout=TIMEOUT)
+    return folder, _results(folder), killed, cache
+
+
+def test_two_processes_train_as_one(
+    runs: tuple[pathlib.Path, list[dict], pathlib.Path, pathlib.Path], tiny_runs: tuple[dict, str]
+) -> None:
+    folder, results, _, _ = runs
     single = tiny_runs[0]["explicit"]  # one process with 8 devices
-    for i in range(2):
-        result = json.loads((tmp_path / f"worker{i}.json").read_text())
+    for result in results:
         assert result["devices"] == [8, 2]
+        assert result["first_step"] == 0
         np.testing.assert_allclose(result["losses"], single["losses"], rtol=1e-5)
+    assert _steps(folder / "run") == ([2, 4], [])
+    # each step holds a checkpoint directory (the arrays are split over the processes)
+    assert (folder / "run" / "4" / "model" / "checkpoint" / "CHECKPOINT").is_file()
+
+
+def test_a_run_killed_in_a_save_resumes_from_its_last_complete_checkpoint(
+    runs: tuple[pathlib.Path, list[dict], pathlib.Path, pathlib.Path],
+) -> None:
+    _, uninterrupted, folder, cache = runs
+    reference = uninterrupted[0]["losses"]
+    assert not (folder / "worker0.json").exists()  # killed before the end
+    steps, others = _steps(folder / "run")
+    assert steps == [2]  # step 4 was being written: not listed, not restored
+    assert len(others) == 1 and others[0].startswith("4.")  # its unfinished folder
+
+    outputs = wait_for_processes(_start(folder, cache), timeout=TIMEOUT)  # again
+    for out in outputs:
+        assert "resuming from the checkpoint of step 2" in out
+    for result in _results(folder):
+        assert result["first_step"] == 2
+        np.testing.assert_allclose(result["losses"], reference[EVERY:], rtol=1e-6, atol=0)
+    assert _steps(folder / "run") == ([2, 4], [])  # step 4 written again, in full
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        pytest.exit("usage: python -m tests.examples.test_sharded_lm ID PORT DIR")
-    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    if len(sys.argv) not in (4, 5):
+        pytest.exit("usage: python -m tests.examples.test_sharded_lm ID PORT DIR [hang]")
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *sys.argv[4:])
