@@ -98,6 +98,7 @@ _LAZY: dict[str, str] = {
     "save_async": "._checkpoint",
     "PendingSave": "._checkpoint_async",
     "CheckpointManager": "._checkpoint_manager",
+    "checkpoint_formats": ".checkpoint_formats",
     "abstract": "._sharding",
     "tabulate": "._tabulate",
     "trace_once": "._trace_cache",
@@ -139,6 +140,7 @@ _LAZY: dict[str, str] = {
 }
 
 if _typing.TYPE_CHECKING:
+    from . import checkpoint_formats as checkpoint_formats
     from . import nn as nn
     from . import sharding as sharding
     from ._checkpoint import checkpoint_keys as checkpoint_keys

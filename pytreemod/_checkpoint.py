@@ -12,6 +12,11 @@ A file is untrusted: nothing in it is imported, evaluated or unpickled, and any 
 is a ``CheckpointFormatError`` or ``CheckpointMismatchError`` naming the file. A plain
 safetensors file (no pytreemod metadata) is read as one whose tensors are named as
 ``save`` names them, with no checksums, boxes or collections (``_raw_header``).
+
+``load`` reads with the first format that detects the path (``find_format``): pytreemod's
+own (``BUILTIN_FORMATS``: its checkpoint directories, plain Orbax directories, its files,
+plain safetensors files), then those added with ``register_format``
+(``_checkpoint_registry``). Adding a format is registering it, never editing ``load``.
 """
 
 import os
@@ -29,11 +34,14 @@ from . import _checkpoint_dir as cdir
 from . import _checkpoint_file as cfile
 from . import _checkpoint_format as fmt
 from . import _checkpoint_read as cread
+from . import _checkpoint_registry as registry
 from . import _checkpoint_tree as ctree
 from ._checkpoint_async import PendingSave
-from ._checkpoint_orbax import load_orbax
+from ._checkpoint_orbax import load_orbax, not_orbax, orbax_item
+from ._checkpoint_registry import CheckpointFormat
 from ._errors import CheckpointError, CheckpointFormatError, CheckpointMismatchError
 from ._filters import FilterLike, check_collections, to_filter
+from ._meta import peel
 from ._partition import Structure, _split
 from ._tree import format_path
 
@@ -179,7 +187,10 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
       process count); or a plain Orbax checkpoint directory holding ``pm.state(model)``
       (a ``CheckpointManager`` step, or its item folder), restored with Orbax into
       ``like``'s shardings (checked by Orbax; a damaged one is a
-      ``CheckpointFormatError``, one of another structure a ``CheckpointMismatchError``).
+      ``CheckpointFormatError``, one of another structure a ``CheckpointMismatchError``);
+      or a path in a format added with ``pm.checkpoint_formats.register_format``. The
+      first format that detects ``path`` reads it (``pm.checkpoint_formats``); a path
+      none detects is a ``CheckpointFormatError`` naming it.
     - ``like``: a model (or PyTree) of the saved structure: a real one, or an
       ``eval_shape`` skeleton of ``ShapeDtypeStruct`` leaves. Its static parts, Variable
       types and ties are the result's; its values are only used for checking, and for the
@@ -211,10 +222,12 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
     """
     path = os.fspath(path)
     asave.wait_for(path)
-    if os.path.isdir(path) and not cdir.is_checkpoint_dir(path):
-        return load_orbax(path, like)
-    if not os.path.exists(path):
-        raise CheckpointError(f"{path!r}: no such checkpoint file.")
+    return find_format(path).read(path, like, filter=filter)
+
+
+def _selection(like: Any, filter: FilterLike) -> tuple[Structure, list[Any], Any]:
+    """``like`` taken apart, and the predicate of ``filter`` (checked against ``like``'s
+    collections)."""
     structure, values = _split(like)
     pred = to_filter(filter)
     check_collections(
@@ -222,21 +235,26 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
         "load(filter=...)",
         lambda: (structure.collection(i) for i in range(len(structure.paths))),
     )
-    if os.path.isdir(path):
-        return _load_dir(path, structure, values, pred)
+    return structure, values, pred
+
+
+def _load_file(path: str, like: Any, filter: FilterLike, *, raw: bool) -> Any:
+    """Load a checkpoint file: a ``pm.save`` one, or a plain safetensors one (``raw``)."""
+    structure, values, pred = _selection(like, filter)
     keys = ctree.tensor_keys(structure, path)
-    header, raw, loaded, ties = _read_file(path, structure, values, keys, pred)
+    header, loaded, ties = _read_file(path, structure, values, keys, pred, raw=raw)
     return ctree.assemble(path, structure, values, keys, header, loaded, ties, raw=raw)
 
 
-def _load_dir(path: str, structure: Structure, values: list[Any], pred: Any) -> Any:
+def _load_dir(path: str, like: Any, filter: FilterLike) -> Any:
     """Load a checkpoint directory: manifest checked against ``like``, every file's
     checksum verified, then the arrays restored by Orbax into ``like``'s shardings."""
+    structure, values, pred = _selection(like, filter)
     keys = ctree.tensor_keys(structure, path)
     manifest = cdir.Manifest(path)
     header = manifest.header
     selected, ties = ctree.check(path, structure, values, keys, header, pred)
-    leaves = {slot: ctree.peel(values[slot])[1] for slot in selected}
+    leaves = {slot: peel(values[slot])[1] for slot in selected}
     targets = {keys[s]: _dir_target(header.entries[keys[s]], leaves[s]) for s in selected}
     manifest.verify(targets)
     arrays = cdir.restore(manifest, targets)
@@ -281,16 +299,17 @@ def _dir_value(path: str, entry: fmt.Entry, array: jax.Array, leaf: Any) -> Any:
 
 
 def _read_file(
-    path: str, structure: Structure, values: list[Any], keys: list[str], pred: Any
-) -> tuple[Any, bool, dict[int, Any], dict[int, int]]:
-    """Check the file against ``like`` and read the selected tensors: ``(header, raw,
-    loaded, ties)``, where ``raw`` says the file has no pytreemod metadata, ``loaded`` maps
-    slots to placed arrays and ``ties`` the slots the file ties to an earlier one."""
+    path: str, structure: Structure, values: list[Any], keys: list[str], pred: Any, *, raw: bool
+) -> tuple[Any, dict[int, Any], dict[int, int]]:
+    """Check the file against ``like`` and read the selected tensors: ``(header, loaded,
+    ties)``, where ``loaded`` maps slots to placed arrays and ``ties`` the slots the file
+    ties to an earlier one. ``raw``: the file has no pytreemod metadata."""
     try:
         with cread.Reader(path) as f:
             shapes = f.tensors
             metadata = f.metadata
-            raw = fmt.is_raw(metadata)
+            if fmt.is_raw(metadata) != raw:
+                raise _other_kind(path, raw)
             if raw:
                 header = _raw_header(path, structure, keys, shapes)
             else:
@@ -298,9 +317,7 @@ def _read_file(
                 header = fmt.parse_header(metadata, shapes, path, header_checked=checked)
             selected, ties = ctree.check(path, structure, values, keys, header, pred, raw=raw)
             loaded = {  # read and placed one by one: one host copy at a time
-                slot: ctree.place(
-                    _read(f, path, header.entries[keys[slot]]), ctree.peel(values[slot])[1]
-                )
+                slot: ctree.place(_read(f, path, header.entries[keys[slot]]), peel(values[slot])[1])
                 for slot in selected
             }
     except (CheckpointError, jax.errors.JaxRuntimeError):
@@ -310,7 +327,17 @@ def _read_file(
             f"{path!r}: cannot be read as a safetensors checkpoint: {e}. The file is "
             "truncated, corrupted or not a checkpoint; nothing was loaded."
         ) from None
-    return header, raw, loaded, ties
+    return header, loaded, ties
+
+
+def _other_kind(path: str, raw: bool) -> CheckpointFormatError:
+    kind, has, what = ("plain safetensors", "has", "a pm.save file")
+    if not raw:
+        kind, has, what = ("pm.save", "has no", "a plain safetensors file")
+    return CheckpointFormatError(
+        f"{path!r} is not a {kind} file: it {has} pytreemod's header ({what}). "
+        "pm.load(path, like) detects the format of a file itself."
+    )
 
 
 def _raw_header(
@@ -353,7 +380,7 @@ def _raw_header(
 
 def _read(f: cread.Reader, path: str, entry: fmt.Entry) -> Any:
     what = f"{format_path(entry.path)} (tensor {entry.key!r})"
-    checksum = entry.checksum.partition(":")[2] if entry.checksum is not None else None
+    checksum = cfile.unlabel(entry.checksum) if entry.checksum is not None else None
     flat = f.read(entry.key, checksum, what)
     if entry.encoding == "native":
         return flat.view(fmt.DTYPES[entry.dtype]).reshape(entry.shape)
@@ -376,3 +403,150 @@ def _read(f: cread.Reader, path: str, entry: fmt.Entry) -> Any:
             )
         return keys
     return data
+
+
+# ------------------------------------------------------------------------- formats
+
+
+def _safetensors_metadata(path: str) -> tuple[bool, dict[str, str] | None]:
+    """``(True, metadata)`` for a file that parses as safetensors, ``(False, None)`` else."""
+    if not os.path.isfile(path):
+        return False, None
+    try:
+        with cread.Reader(path) as f:
+            return True, f.metadata
+    except Exception:  # detection never raises: not a safetensors file
+        return False, None
+
+
+class _PytreemodDir(CheckpointFormat):
+    """A checkpoint directory ``pm.save`` wrote (``_checkpoint_dir``)."""
+
+    name = "pytreemod-dir"
+
+    def detect(self, path: str) -> bool:
+        return os.path.isdir(path) and cdir.is_checkpoint_dir(path)
+
+    def read(self, path: str, like: T, *, filter: FilterLike = True) -> T:
+        return _load_dir(path, like, filter)
+
+    def write(self, path: str, tree: Any) -> None:
+        save(path, tree, directory=True)
+
+
+class _Orbax(CheckpointFormat):
+    """An Orbax checkpoint of ``pm.state(model)`` (``_checkpoint_orbax``); read whole."""
+
+    name = "orbax"
+
+    def detect(self, path: str) -> bool:
+        return os.path.isdir(path) and orbax_item(path) is not None
+
+    def read(self, path: str, like: T, *, filter: FilterLike = True) -> T:
+        return load_orbax(path, like)
+
+    def explain(self, path: str) -> str | None:
+        return not_orbax(path) if os.path.isdir(path) else None
+
+
+class _PytreemodFile(CheckpointFormat):
+    """One safetensors file with pytreemod's header and checksums."""
+
+    name = "pytreemod-file"
+
+    def detect(self, path: str) -> bool:
+        """A file that starts as ``pm.save`` writes one (its first bytes), else one that
+        parses as safetensors with metadata naming pytreemod (a file written before
+        checksums, or one whose start is damaged)."""
+        if os.path.isfile(path) and cfile.starts_signed(path):
+            return True
+        parsed, metadata = _safetensors_metadata(path)
+        return parsed and not fmt.is_raw(metadata)
+
+    def read(self, path: str, like: T, *, filter: FilterLike = True) -> T:
+        return _load_file(path, like, filter, raw=False)
+
+    def write(self, path: str, tree: Any) -> None:
+        save(path, tree, directory=False)
+
+    def explain(self, path: str) -> str | None:
+        """The safetensors reader's account of a file that does not parse (cut, a wrong
+        header length, bytes appended): a damaged ``pm.save`` file is told as such."""
+        if not os.path.isfile(path):
+            return None
+        try:
+            cread.Reader(path).close()
+        except CheckpointFormatError as e:
+            return str(e)
+        except OSError as e:
+            return str(cread.unreadable(path, str(e)))
+        return None
+
+
+class _PlainSafetensors(CheckpointFormat):
+    """A safetensors file with no pytreemod metadata, tensors named as ``save`` names
+    them (``checkpoint_keys``): read unchecked, with ``like``'s boxes and ties."""
+
+    name = "safetensors"
+
+    def detect(self, path: str) -> bool:
+        parsed, metadata = _safetensors_metadata(path)
+        return parsed and fmt.is_raw(metadata)
+
+    def read(self, path: str, like: T, *, filter: FilterLike = True) -> T:
+        return _load_file(path, like, filter, raw=True)
+
+
+BUILTIN_FORMATS: tuple[CheckpointFormat, ...] = (
+    _PytreemodDir(),
+    _Orbax(),
+    _PytreemodFile(),
+    _PlainSafetensors(),
+)
+"""pytreemod's own formats, in the order ``load`` tries them, before any added one."""
+
+
+def formats() -> tuple[CheckpointFormat, ...]:
+    """The formats ``pm.load`` reads, in the order it tries them: pytreemod's own
+    (``pytreemod-dir``, ``orbax``, ``pytreemod-file``, ``safetensors``), then those added
+    with ``register_format``, in the order they were added."""
+    return BUILTIN_FORMATS + registry.added_formats()
+
+
+def find_format(path: PathLike) -> CheckpointFormat:
+    """The format ``pm.load`` reads ``path`` with: the first of ``formats()`` that
+    detects it.
+
+    A path no format detects is a ``CheckpointError`` when nothing is there, else a
+    ``CheckpointFormatError`` naming it and saying why it is none of them.
+    """
+    path = os.fspath(path)
+    known = formats()
+    for candidate in known:
+        if candidate.detect(path):
+            return candidate
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path!r}: no such checkpoint file.")
+    why = next((w for f in known if (w := f.explain(path)) is not None), None)
+    if why is None:
+        why = f"{path!r}: no checkpoint format pm.load reads recognizes it; nothing was loaded."
+    names = ", ".join(f.name for f in known)
+    raise CheckpointFormatError(
+        f"{why} (The formats pm.load reads: {names}; "
+        "pm.checkpoint_formats.register_format adds one.)"
+    )
+
+
+def register_format(format: CheckpointFormat) -> None:
+    """Make ``pm.load`` read ``format``: it is tried after pytreemod's own formats and
+    those added before it. Adding a format of a name already added replaces that one
+    where it stands; pytreemod's own cannot be replaced.
+
+    ``format`` is an instance of a ``CheckpointFormat`` subclass (``name``, ``detect``,
+    ``read`` and, if it writes, ``write``)."""
+    registry.add(format, reserved=frozenset(f.name for f in BUILTIN_FORMATS))
+
+
+def unregister_format(name: str) -> None:
+    """Stop ``pm.load`` reading the format added under ``name``."""
+    registry.remove(name)

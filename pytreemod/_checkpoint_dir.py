@@ -42,7 +42,6 @@ from typing import Any
 
 import jax
 import numpy as np
-import xxhash
 
 from . import _checkpoint_atomic as atomic
 from . import _checkpoint_file as cfile
@@ -133,11 +132,11 @@ def _dump(file: str, doc: Any) -> None:
 
 
 def _hash_file(file: str) -> str:
-    h = xxhash.xxh3_64()
+    h = cfile.hasher()
     with open(file, "rb", buffering=0) as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
-    return f"{h.intdigest():016x}"
+    return cfile.hex_of(h)
 
 
 def _files(folder: str) -> Iterator[str]:
@@ -265,7 +264,7 @@ def _commit(
     path: str, version: str, header: fmt.Header, names: dict[str, str], sums: dict[str, str]
 ) -> None:
     """Write the manifest of ``version``, point ``CHECKPOINT`` at it, remove the old."""
-    doc = json.loads(header.to_metadata(dict.fromkeys(header.entries, "0" * 16))[fmt.FORMAT])
+    doc = json.loads(header.to_metadata(dict.fromkeys(header.entries, cfile.ZERO))[fmt.FORMAT])
     for entry in doc["entries"].values():
         del entry["checksum"]
     doc["version"] = 1  # the entries, without a file's per-tensor checksums
@@ -325,7 +324,7 @@ def _remove_versions(path: str, keep: str, previous: str | None) -> None:
 
 def _signed(manifest: dict[str, Any]) -> dict[str, Any]:
     body = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
-    return {"checksum": f"xxh3_64:{xxhash.xxh3_64_hexdigest(body.encode())}", "manifest": manifest}
+    return {"checksum": cfile.label(cfile.digest_bytes(body.encode())), "manifest": manifest}
 
 
 # ------------------------------------------------------------------------ load
@@ -351,7 +350,7 @@ class Manifest:
             raise self.fail(f"{MANIFEST} is not a pytreemod manifest")
         manifest = signed["manifest"]
         body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
-        if signed.get("checksum") != f"xxh3_64:{xxhash.xxh3_64_hexdigest(body)}":
+        if signed.get("checksum") != cfile.label(cfile.digest_bytes(body)):
             raise cfile.damaged(path, f"the bytes of {MANIFEST} do not match their checksum")
         if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
             raise self.fail(f"{MANIFEST} is not a version {VERSION} {FORMAT} manifest")

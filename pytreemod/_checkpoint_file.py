@@ -17,9 +17,16 @@ Two checksums protect a file:
 - the header's own, the first value of the safetensors metadata (``pytreemod.header``),
   over the 8-byte length and the header bytes with that value set to zeros. So a changed
   byte anywhere in the header, padding and tensor offsets included, is found too.
+
+This module owns the checksum format for every checkpoint pytreemod writes (files and
+directories alike): the hash family (``ALGORITHM``), its fixed-width hex encoding, the
+labelled form ``xxh3_64:<hex>`` a header or manifest stores (``label``, ``unlabel``,
+``CHECKSUM``) and the header key. Other modules hash and compare through these names,
+never with literals of their own.
 """
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import BinaryIO
 
@@ -31,7 +38,9 @@ from ._errors import CheckpointFormatError
 ALGORITHM = "xxh3_64"
 HEADER_KEY = "pytreemod.header"
 _HEX = 16  # digits of a 64-bit checksum
-_ZERO = "0" * _HEX
+ZERO = "0" * _HEX  # a placeholder of a checksum's width
+CHECKSUM = re.compile(rf"{ALGORITHM}:[0-9a-f]{{{_HEX}}}")
+"""A labelled checksum, as a header entry or a manifest stores it."""
 _CHUNK = 1 << 20  # hashed then written while in cache
 MAX_HEADER = 100_000_000  # safetensors' own limit
 _PREFIX = b'{"__metadata__":{"' + HEADER_KEY.encode() + b'":"' + ALGORITHM.encode() + b":"
@@ -56,7 +65,32 @@ CODES = {
 
 def digest(data: np.ndarray) -> str:
     """The checksum of a C-contiguous array's bytes, as fixed-width hex."""
-    return f"{xxhash.xxh3_64_intdigest(_bytes(data)):0{_HEX}x}"
+    return digest_bytes(_bytes(data))
+
+
+def digest_bytes(data: bytes | memoryview) -> str:
+    """The checksum of ``data``, as fixed-width hex."""
+    return f"{xxhash.xxh3_64_intdigest(data):0{_HEX}x}"
+
+
+def hasher() -> xxhash.xxh3_64:
+    """An incremental hash: ``update`` it chunk by chunk, then ``hex_of`` it."""
+    return xxhash.xxh3_64()
+
+
+def hex_of(h: xxhash.xxh3_64) -> str:
+    """The checksum an incremental hash has reached, as fixed-width hex."""
+    return f"{h.intdigest():0{_HEX}x}"
+
+
+def label(hex_sum: str) -> str:
+    """A checksum in the stored, labelled form: ``xxh3_64:<hex>``."""
+    return f"{ALGORITHM}:{hex_sum}"
+
+
+def unlabel(checksum: str) -> str:
+    """The hex of a labelled checksum (``CHECKSUM`` has matched it)."""
+    return checksum.partition(":")[2]
 
 
 def _bytes(data: np.ndarray) -> memoryview:
@@ -74,7 +108,7 @@ def _header(
     metadata: Mapping[str, str],
     header_sum: str,
 ) -> bytes:
-    doc: dict[str, object] = {"__metadata__": {HEADER_KEY: f"{ALGORITHM}:{header_sum}", **metadata}}
+    doc: dict[str, object] = {"__metadata__": {HEADER_KEY: label(header_sum), **metadata}}
     offset = 0
     for name in order:
         data = tensors[name]
@@ -102,22 +136,22 @@ def write(
     of the same length.
     """
     order = _order(tensors)
-    draft = _header(tensors, order, metadata_of(dict.fromkeys(tensors, _ZERO)), _ZERO)
+    draft = _header(tensors, order, metadata_of(dict.fromkeys(tensors, ZERO)), ZERO)
     sums: dict[str, str] = {}
     with open(file, "wb", buffering=0) as f:  # unbuffered: no copy in Python
         f.seek(len(draft))
         for name in order:
             view = _bytes(tensors[name])
-            h = xxhash.xxh3_64()
+            h = hasher()
             for start in range(0, len(view), _CHUNK):
                 chunk = view[start : start + _CHUNK]
                 h.update(chunk)
                 _write_all(f, chunk)
-            sums[name] = f"{h.intdigest():0{_HEX}x}"
-        unsigned = _header(tensors, order, metadata_of(sums), _ZERO)
+            sums[name] = hex_of(h)
+        unsigned = _header(tensors, order, metadata_of(sums), ZERO)
         if len(unsigned) != len(draft):
             raise AssertionError("checkpoint header changed size")  # a bug, never the user's
-        signed = _header(tensors, order, metadata_of(sums), _sum(unsigned))
+        signed = _header(tensors, order, metadata_of(sums), digest_bytes(unsigned))
         f.seek(0)
         _write_all(f, memoryview(signed))
 
@@ -127,8 +161,15 @@ def _write_all(f: BinaryIO, view: memoryview) -> None:
         view = view[f.write(view) or 0 :]
 
 
-def _sum(header: bytes) -> str:
-    return f"{xxhash.xxh3_64_intdigest(header):0{_HEX}x}"
+def starts_signed(file: str) -> bool:
+    """Whether ``file`` starts as ``write`` starts a file (its header's checksum first):
+    a look at its first bytes, never raising."""
+    try:
+        with open(file, "rb") as f:
+            head = f.read(8 + len(_PREFIX))
+    except OSError:
+        return False
+    return head[8:] == _PREFIX
 
 
 def verify_header(file: str, metadata: Mapping[str, str]) -> bool:
@@ -148,12 +189,12 @@ def verify_header(file: str, metadata: Mapping[str, str]) -> bool:
     found = raw[start : start + _HEX].decode("ascii", "replace")
     if (
         not raw[8:].startswith(_PREFIX)
-        or stored != f"{ALGORITHM}:{found}"
+        or stored != label(found)
         or raw[start + _HEX : start + _HEX + 1] != b'"'
     ):
         raise damaged(file, "the header's checksum is not where pytreemod.save writes it")
-    unsigned = raw[:start] + _ZERO.encode() + raw[start + _HEX :]
-    if _sum(unsigned) != found:
+    unsigned = raw[:start] + ZERO.encode() + raw[start + _HEX :]
+    if digest_bytes(unsigned) != found:
         raise damaged(file, "the header's bytes do not match their checksum")
     return True
 

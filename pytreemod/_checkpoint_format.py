@@ -21,26 +21,25 @@ or ``key`` (the ``jax.random.key_data`` of a typed PRNG key array, rebuilt with
 range, and that every entry has its tensor with a consistent dtype and size, so nothing
 later can fail on a malformed value; no name in a file is ever imported or evaluated.
 
-``checksum`` (version 2) is the XXH3 hash of the tensor's bytes; ``_checkpoint_file``
-writes and checks it, and the checksum of the header itself. Version 1 files (written
-before checksums) are still read, unchecked.
+``checksum`` (version 2) is the checksum of the tensor's bytes; ``_checkpoint_file``
+owns its form (hash, hex, label), writes and checks it, and the checksum of the header
+itself. Version 1 files (written before checksums) are still read, unchecked.
 """
 
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
+from . import _checkpoint_file as cfile
 from ._errors import CheckpointFormatError
 
 FORMAT = "pytreemod"
 VERSION = 2  # 2: every entry has a checksum; 1 (read, not written): none
-CHECKSUM = re.compile(r"xxh3_64:[0-9a-f]{16}")
 MAX_RANK = 64
 MAX_ELEMENTS = 2**62
 
@@ -131,7 +130,9 @@ class Entry:
     encoding: str
     key_impl: str | None
     boxes: tuple[BoxRecord, ...]
-    checksum: str | None = None  # "xxh3_64:<hex>" of the tensor's bytes; None in version 1
+    checksum: str | None = (
+        None  # labelled (cfile.label) checksum of the tensor's bytes; None in version 1
+    )
 
     def to_json(self, checksum: str) -> dict[str, Any]:
         return {
@@ -165,7 +166,7 @@ class Header:
         """The safetensors metadata, with ``sums[key]`` (hex) as each entry's checksum."""
         doc = {
             "version": VERSION,
-            "entries": {k: e.to_json(f"xxh3_64:{sums[k]}") for k, e in self.entries.items()},
+            "entries": {k: e.to_json(cfile.label(sums[k])) for k, e in self.entries.items()},
             "aliases": {k: {"path": list(a.path), "of": a.of} for k, a in self.aliases.items()},
         }
         return {"format": FORMAT, FORMAT: json.dumps(doc, allow_nan=False)}
@@ -174,11 +175,12 @@ class Header:
 def is_raw(metadata: Mapping[str, str] | None) -> bool:
     """A plain safetensors file: its metadata mentions neither pytreemod nor a checksum.
 
-    A ``pm.save`` file names pytreemod in three places and ``xxh3_64`` once per tensor and
-    once for the header, so a damaged one never passes for a raw file.
+    A ``pm.save`` file names pytreemod in three places and its checksum algorithm once per
+    tensor and once for the header, so a damaged one never passes for a raw file.
     """
     items = (metadata or {}).items()
-    return not any(m in t for k, v in items for t in (k, v) for m in (FORMAT, "xxh3_64"))
+    marks = (FORMAT, cfile.ALGORITHM)
+    return not any(m in t for k, v in items for t in (k, v) for m in marks)
 
 
 def tensor_key(path: tuple[Any, ...]) -> str:
@@ -354,8 +356,8 @@ def _parse_entry(r: _Reader, key: str, raw: Any, *, checksummed: bool) -> Entry:
     checksum = None
     if checksummed:
         checksum = r.field(raw, "checksum", str, where)
-        if not CHECKSUM.fullmatch(checksum):
-            raise r.fail(where, f"'checksum' {checksum!r} is not an xxh3_64 checksum")
+        if not cfile.CHECKSUM.fullmatch(checksum):
+            raise r.fail(where, f"'checksum' {checksum!r} is not an {cfile.ALGORITHM} checksum")
     dtype = r.field(raw, "dtype", str, where)
     encoding = r.field(raw, "encoding", str, where)
     key_impl = r.field(raw, "key_impl", (str, None), where)

@@ -35,6 +35,27 @@ def orbax_item(path: str) -> str | None:
     return None
 
 
+def _needs_orbax(path: str) -> str:
+    return (
+        f"{path!r} is a directory, read as an Orbax checkpoint: that needs the "
+        "orbax-checkpoint package (pip install orbax-checkpoint)."
+    )
+
+
+def not_orbax(path: str) -> str:
+    """Why the directory ``path`` is not an Orbax checkpoint, naming it (that Orbax is
+    not installed, if it is not: a directory may be a checkpoint Orbax could read)."""
+    try:
+        import orbax.checkpoint  # noqa: F401
+    except ImportError:
+        return _needs_orbax(path)
+    return (
+        f"{path!r}: a directory, but not an Orbax checkpoint (no {' or '.join(_ITEM_FILES)} "
+        "in it or in its 'default' folder). pm.load reads a file or checkpoint directory "
+        "written by pm.save, or an Orbax checkpoint of pm.state(model)."
+    )
+
+
 def _target(leaf: Any) -> Any:
     """What Orbax restores a leaf as: its shape, dtype and sharding (one device if none)."""
     sharding = getattr(leaf, "sharding", None)
@@ -72,17 +93,10 @@ def load_orbax(path: str, like: Any) -> Any:
     try:
         import orbax.checkpoint as ocp
     except ImportError:
-        raise CheckpointError(
-            f"{path!r} is a directory, read as an Orbax checkpoint: that needs the "
-            "orbax-checkpoint package (pip install orbax-checkpoint)."
-        ) from None
+        raise CheckpointError(_needs_orbax(path)) from None
     item = orbax_item(path)
     if item is None:
-        raise CheckpointFormatError(
-            f"{path!r}: a directory, but not an Orbax checkpoint (no {' or '.join(_ITEM_FILES)} "
-            "in it or in its 'default' folder). pm.load reads a file written by pm.save, or "
-            "an Orbax checkpoint of pm.state(model)."
-        )
+        raise CheckpointFormatError(not_orbax(path))
     target = jax.tree.map(_target, state(like))
     try:
         with _absl_notices_at_debug():

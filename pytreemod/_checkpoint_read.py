@@ -20,7 +20,6 @@ import os
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from . import _checkpoint_file as cfile
 from ._errors import CheckpointFormatError
@@ -66,6 +65,14 @@ def buffer(nbytes: int) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), np.uint8)
 
 
+def unreadable(file: str, problem: str) -> CheckpointFormatError:
+    """The error of a file that is not a safetensors file, saying what is wrong."""
+    return CheckpointFormatError(
+        f"{file!r}: cannot be read as a safetensors checkpoint: {problem}. The file "
+        "is truncated, corrupted or not a checkpoint; nothing was loaded."
+    )
+
+
 class Reader:
     """An open safetensors file: ``metadata``, ``tensors`` (``name -> (code, shape)``),
     and ``read(name)`` of one tensor's bytes, checked against a checksum when given."""
@@ -89,10 +96,7 @@ class Reader:
         self._f.close()
 
     def _fail(self, problem: str) -> CheckpointFormatError:
-        return CheckpointFormatError(
-            f"{self.file!r}: cannot be read as a safetensors checkpoint: {problem}. The file "
-            "is truncated, corrupted or not a checkpoint; nothing was loaded."
-        )
+        return unreadable(self.file, problem)
 
     def _parse(self) -> None:
         size = os.fstat(self._f.fileno()).st_size
@@ -166,7 +170,7 @@ class Reader:
         begin, stop = self._spans[name]
         out = buffer(stop - begin)
         view = out.data
-        h = xxhash.xxh3_64() if checksum is not None else None
+        h = cfile.hasher() if checksum is not None else None
         self._f.seek(self.data_start + begin)
         done = 0
         while done < len(out):
@@ -176,7 +180,7 @@ class Reader:
             if h is not None:
                 h.update(view[done : done + n])
             done += n
-        if h is not None and f"{h.intdigest():016x}" != checksum:
+        if h is not None and cfile.hex_of(h) != checksum:
             raise cfile.damaged(
                 self.file, f"the stored bytes of {what} do not match their checksum"
             )

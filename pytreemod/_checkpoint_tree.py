@@ -3,8 +3,8 @@ the tensor name and header entry of every value of a model, and the check of a
 checkpoint's entries against the ``like`` tree it is loaded into.
 """
 
-import functools
 import math
+from collections.abc import Sequence
 from typing import Any, cast
 
 import jax
@@ -15,26 +15,14 @@ import numpy as np
 from . import _checkpoint_format as fmt
 from ._errors import CheckpointError, CheckpointFormatError, CheckpointMismatchError
 from ._filters import Everything
-from ._meta import AxisMetadata
+from ._meta import AxisMetadata, peel, rebox, slot_value
 from ._module import fields
 from ._partition import Structure, _build, _split
 from ._tree import format_path, is_array
-from ._variables import Variable
 
 
 def is_key(dtype: Any) -> bool:
     return jnp.issubdtype(dtype, jax.dtypes.prng_key)
-
-
-def peel(value: Any) -> tuple[list[AxisMetadata], Any]:
-    """The boxes around a slot's value (outermost first) and the leaf inside them."""
-    boxes: list[AxisMetadata] = []
-    if isinstance(value, Variable):
-        value = value.value
-    while isinstance(value, AxisMetadata):
-        boxes.append(value)
-        value = value.value
-    return boxes, value
 
 
 def type_name(cls: type) -> str:
@@ -347,11 +335,11 @@ def _box_classes() -> dict[str, type[AxisMetadata]]:
     return found
 
 
-def rebox(
+def rebox_from_records(
     path: str,
     at: str,
     records: tuple[fmt.BoxRecord, ...],
-    like_boxes: list[AxisMetadata],
+    like_boxes: Sequence[AxisMetadata],
     value: Any,
 ) -> Any:
     """Wrap ``value`` in the saved boxes (innermost first); a class is looked up among
@@ -440,13 +428,11 @@ def assemble(
         elif slot in loaded:
             boxes, _ = peel(value)
             if raw:  # no records: like's boxes, around the loaded value
-                out.append(
-                    functools.reduce(lambda v, b: b.replace_boxed(v), boxes[::-1], loaded[slot])
-                )
+                out.append(rebox(boxes, loaded[slot]))
                 continue
             records = header.entries[keys[slot]].boxes
             where = format_path(structure.paths[slot])
-            out.append(rebox(path, where, records, boxes, loaded[slot]))
+            out.append(rebox_from_records(path, where, records, boxes, loaded[slot]))
         else:
-            out.append(value.value if isinstance(value, Variable) else value)
+            out.append(slot_value(value))
     return _build(structure, out)

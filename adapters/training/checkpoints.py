@@ -13,6 +13,11 @@ Orbax is imported only to write or read an Orbax checkpoint; without the
 ``orbax-checkpoint`` package, saving falls back to msgpack files (logged). Reading never
 runs code from the file; a file that is not a checkpoint raises
 ``CheckpointReadError``.
+
+Importing this module also registers Flax's msgpack checkpoint file with ``pm.load``
+(``pm.checkpoint_formats``, as ``flax-msgpack``): ``pm.load(path, like)`` then reads one
+into a pytreemod model, after pytreemod's own formats. (Orbax directories ``pm.load``
+reads already.)
 """
 
 import contextlib
@@ -25,6 +30,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
+
+import pytreemod as pm
 
 from .. import config, errors, io, serialization
 from ._checkpoint_files import (
@@ -503,3 +510,70 @@ def restore_checkpoint(
     state = _read_msgpack(ckpt_path)
     state = restore_mpas(state, target, ckpt_path, step, gda_manager, allow_partial_mpa_restoration)
     return state if target is None else _into_target(ckpt_path, target, state)
+
+
+# ------------------------------------------------------------------ pm.load's format
+
+_MAPS = {0x80 + n: 1 for n in range(16)} | {0xDE: 3, 0xDF: 5}  # map marker -> its size
+_STRS = frozenset([*range(0xA0, 0xC0), 0xD9, 0xDA, 0xDB])  # fixstr, str 8, 16, 32
+
+
+class _FlaxMsgpackFile(pm.checkpoint_formats.CheckpointFormat):
+    """A Flax msgpack checkpoint file (``save_checkpoint`` without Orbax, or the bytes of
+    ``serialization.to_bytes``) as a format ``pm.load`` reads and writes."""
+
+    name = "flax-msgpack"
+
+    def detect(self, path: str) -> bool:
+        """A file that starts as a msgpack map whose first key is a string (Flax's state
+        dicts have string keys). Files of pytreemod's own formats are detected first."""
+        try:
+            if not os.path.isfile(path):
+                return False
+            with open(path, "rb") as f:
+                head = f.read(6)
+        except OSError:
+            return False
+        size = _MAPS.get(head[0]) if head else None
+        if size is None:
+            return False
+        return head[0] == 0x80 or (len(head) > size and head[size] in _STRS)
+
+    def read(self, path: str, like: Any, *, filter: pm.FilterLike = True) -> Any:
+        if not isinstance(pm.to_filter(filter), pm.Everything):
+            raise pm.CheckpointError(
+                f"{path!r}: a Flax msgpack checkpoint is loaded whole; filter= cannot select "
+                "part of it. Load it without filter=, then take the part you need."
+            )
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            state = serialization.msgpack_restore(data)
+        except serialization.MsgpackDecodeError as e:
+            raise pm.CheckpointFormatError(
+                f"{path!r}: not a readable Flax msgpack checkpoint ({e}); nothing was loaded."
+            ) from None
+        try:
+            return serialization.from_state_dict(like, state)
+        except (ValueError, TypeError, KeyError) as e:
+            raise pm.CheckpointMismatchError(
+                f"{path!r} does not fit the model: {e}. Load into a model built with the "
+                "saved configuration."
+            ) from None
+
+    def write(self, path: str, tree: Any) -> None:
+        """The msgpack bytes of ``tree``'s state dict, written to a temporary file and
+        renamed into place (a crash leaves the old file or none)."""
+        data = serialization.to_bytes(tree)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise pm.CheckpointError(f"Cannot save {path!r}: {e.strerror or e}.") from None
+
+
+pm.checkpoint_formats.register_format(_FlaxMsgpackFile())

@@ -99,12 +99,12 @@ def _hang_in_second_save(folder: str, process_id: int) -> None:
     hash_mine = _checkpoint_dir._hash_mine
     calls = []
 
-    def hang(version: str, arrays: dict[str, Any]) -> dict[str, str]:
-        calls.append(version)
+    def hang(version_folder: str, arrays: dict[str, Any]) -> dict[str, str]:
+        calls.append(version_folder)
         if len(calls) == 2:
             pathlib.Path(folder, f"hung{process_id}").touch()
-            time.sleep(TIMEOUT)
-        return hash_mine(version, arrays)
+            time.sleep(10 * TIMEOUT)  # killed before it wakes
+        return hash_mine(version_folder, arrays)
 
     _checkpoint_dir._hash_mine = hang
 
@@ -130,16 +130,18 @@ def _free_port() -> int:
 
 
 def _start(
-    folder: pathlib.Path, cache: pathlib.Path, mode: str = "train"
+    folder: pathlib.Path, cache: pathlib.Path | None, mode: str = "train"
 ) -> list[subprocess.Popen[bytes]]:
-    """Two workers, sharing JAX's compilation cache ``cache`` with the other runs (most of
-    a run is compiling its programs, the same in every run)."""
+    """Two workers; with JAX's persistent compilation ``cache`` (most of a run is
+    compiling its programs, the same in every run: the restarted run reads those of the
+    uninterrupted one, which has finished writing them)."""
     port = _free_port()
     env = dict(os.environ, XLA_FLAGS=xla_flags(4))
     env["JAX_PLATFORMS"] = "cpu"
-    env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
-    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
+    if cache is not None:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     return [
         subprocess.Popen(
@@ -166,7 +168,15 @@ def _steps(run: pathlib.Path) -> tuple[list[int], list[str]]:
     return steps, sorted(set(os.listdir(run)) - {str(s) for s in steps})
 
 
-def _wait_until_hung(procs: list[subprocess.Popen[bytes]], folder: pathlib.Path) -> None:
+def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL the process groups of ``procs``."""
+    kill_processes(procs)
+    for p in procs:
+        assert p.stdout is not None
+        p.stdout.close()
+
+
+def _kill_when_hung(procs: list[subprocess.Popen[bytes]], folder: pathlib.Path) -> None:
     """Wait until both workers stop in their second save, then SIGKILL them (a worker
     that exits instead fails the test with its output)."""
     import time
@@ -179,62 +189,57 @@ def _wait_until_hung(procs: list[subprocess.Popen[bytes]], folder: pathlib.Path)
                 pytest.fail("the workers did not reach their second save")
             time.sleep(0.05)
     finally:
-        kill_processes(procs)  # SIGKILL, both process groups
-        for p in procs:
-            assert p.stdout is not None
-            p.stdout.close()
+        _kill(procs)
 
 
-@pytest.fixture(scope="module")
-def runs(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[pathlib.Path, list[dict], pathlib.Path, pathlib.Path]:
-    """Two processes train the tiny config with checkpoints, uninterrupted (their folder
-    and results); meanwhile two more are killed in their save of step 4 (their folder)."""
-    folder = tmp_path_factory.mktemp("uninterrupted")
-    killed = tmp_path_factory.mktemp("killed")
-    cache = tmp_path_factory.mktemp("jax-cache")
-    procs = _start(folder, cache)
+def _uninterrupted_and_killed(tmp_path: pathlib.Path) -> tuple[list[dict], pathlib.Path]:
+    """Two processes train the tiny config with checkpoints, uninterrupted, into
+    ``tmp_path / "uninterrupted"`` (their results); meanwhile two more are SIGKILLed in
+    their save of step 4 (their folder)."""
+    folder, killed = tmp_path / "uninterrupted", tmp_path / "killed"
+    folder.mkdir()
+    killed.mkdir()
+    procs = _start(folder, tmp_path / "jax-cache")
     try:
-        _wait_until_hung(_start(killed, cache, "hang"), killed)
+        # meanwhile, without the compilation cache (the other run is writing it)
+        _kill_when_hung(_start(killed, None, "hang"), killed)
     except BaseException:
-        kill_processes(procs)
+        _kill(procs)
         raise
     wait_for_processes(procs, timeout=TIMEOUT)
-    return folder, _results(folder), killed, cache
+    return _results(folder), killed
 
 
-def test_two_processes_train_as_one(
-    runs: tuple[pathlib.Path, list[dict], pathlib.Path, pathlib.Path], tiny_runs: tuple[dict, str]
+def test_two_processes_train_as_one_and_resume_after_a_kill(
+    tmp_path: pathlib.Path, tiny_runs: tuple[dict, str]
 ) -> None:
-    folder, results, _, _ = runs
+    """One test (its runs are shared, and the suite's workers must not start them twice)."""
+    uninterrupted, killed = _uninterrupted_and_killed(tmp_path)
     single = tiny_runs[0]["explicit"]  # one process with 8 devices
-    for result in results:
+    for result in uninterrupted:
         assert result["devices"] == [8, 2]
         assert result["first_step"] == 0
         np.testing.assert_allclose(result["losses"], single["losses"], rtol=1e-5)
-    assert _steps(folder / "run") == ([2, 4], [])
+    run = tmp_path / "uninterrupted" / "run"
+    assert _steps(run) == ([2, 4], [])
     # each step holds a checkpoint directory (the arrays are split over the processes)
-    assert (folder / "run" / "4" / "model" / "checkpoint" / "CHECKPOINT").is_file()
+    assert (run / "4" / "model" / "checkpoint" / "CHECKPOINT").is_file()
 
-
-def test_a_run_killed_in_a_save_resumes_from_its_last_complete_checkpoint(
-    runs: tuple[pathlib.Path, list[dict], pathlib.Path, pathlib.Path],
-) -> None:
-    _, uninterrupted, folder, cache = runs
-    reference = uninterrupted[0]["losses"]
-    assert not (folder / "worker0.json").exists()  # killed before the end
-    steps, others = _steps(folder / "run")
+    # The killed run: step 2 complete, step 4 cut off in its save.
+    assert not (killed / "worker0.json").exists()  # killed before the end
+    steps, others = _steps(killed / "run")
     assert steps == [2]  # step 4 was being written: not listed, not restored
     assert len(others) == 1 and others[0].startswith("4.")  # its unfinished folder
 
-    outputs = wait_for_processes(_start(folder, cache), timeout=TIMEOUT)  # again
+    # Started again: from step 2, with the uninterrupted run's losses.
+    outputs = wait_for_processes(_start(killed, tmp_path / "jax-cache"), timeout=TIMEOUT)
     for out in outputs:
         assert "resuming from the checkpoint of step 2" in out
-    for result in _results(folder):
+    reference = uninterrupted[0]["losses"]
+    for result in _results(killed):
         assert result["first_step"] == 2
         np.testing.assert_allclose(result["losses"], reference[EVERY:], rtol=1e-6, atol=0)
-    assert _steps(folder / "run") == ([2, 4], [])  # step 4 written again, in full
+    assert _steps(killed / "run") == ([2, 4], [])  # step 4 written again, in full
 
 
 if __name__ == "__main__":

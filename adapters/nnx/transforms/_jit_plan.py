@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
 import numpy as np
 
 from ...errors import TraceContextError
