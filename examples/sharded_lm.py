@@ -225,7 +225,7 @@ def make_step(optimizer: optax.GradientTransformation) -> Any:
         loss, grads = jax.value_and_grad(loss_fn)(model, batch)
         with jax.numpy_dtype_promotion("standard"):  # optax mixes Python scalars and arrays
             updates, opt_state = optimizer.update(grads, opt_state, model)
-        return optax.apply_updates(model, updates), opt_state, loss
+        return pm.apply_updates(model, updates), opt_state, loss
 
     return step
 
