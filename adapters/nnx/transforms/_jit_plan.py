@@ -99,6 +99,23 @@ def _build(builder: Any, value: Any) -> Any:
     return value if builder is None else builder.unflatten([value])
 
 
+# The fast jax.jit's static argument is a small int naming a PlanKey: JAX hashes and
+# compares an int in C, where a PlanKey would cost two Python calls per dispatch. Equal
+# keys (the same structure met again, e.g. after a change that was undone) share a number,
+# so they share the compiled function. The registry keeps every structure seen (small:
+# slot layouts and GraphDefs, no arrays).
+_KEY_NUMBERS: dict[PlanKey, int] = {}
+_KEYS: list[PlanKey] = []
+
+
+def key_number(key: PlanKey) -> int:
+    number = _KEY_NUMBERS.get(key)
+    if number is None:
+        number = _KEY_NUMBERS[key] = len(_KEYS)
+        _KEYS.append(key)
+    return number
+
+
 def fast_pure(pure: Callable[..., Any]) -> Callable[..., Any]:
     """The function the fast ``jax.jit`` traces: ``pure`` on the rebuilt slots.
 
@@ -108,7 +125,8 @@ def fast_pure(pure: Callable[..., Any]) -> Callable[..., Any]:
     path's ``Updates`` only when the structure changed (else None), and the output is
     ``out`` when it holds no graph node, else ``lowered_out`` (its nodes as slots)."""
 
-    def run(key: PlanKey, donated: list[Any], kept: list[Any], *args: Any, **kwargs: Any) -> Any:
+    def run(number: int, donated: list[Any], kept: list[Any], *args: Any, **kwargs: Any) -> Any:
+        key = _KEYS[number]
         full = list(args)
         for position, slot in zip(key.positions, key.rebuild(donated, kept)):
             full[position] = slot
@@ -140,9 +158,13 @@ class Plan:
     """One remembered lowering (see the module docstring)."""
 
     key: PlanKey
+    number: int  # key_number(key): the fast jit's static argument
     n_args: int
     kw_names: tuple[str, ...]
     refs: tuple[tuple[int, "weakref.ref[Any]"], ...]
+    # (position, id) of each node argument: an id cannot be reused while the plan lives
+    # (the node's finalizer drops the plan when the node dies, before its id is free).
+    ids: tuple[tuple[int, int], ...]
     others: tuple[int, ...]  # dynamic positions holding no node
     donated: list[Any]  # Variables (or _Const) read into the donated list
     kept: list[Any]
@@ -156,8 +178,8 @@ class Plan:
     def matches(self, full: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         if len(full) != self.n_args or _structure.COUNTER.epoch != self.epoch:
             return False
-        for position, ref in self.refs:
-            if full[position] is not ref():
+        for position, node_id in self.ids:
+            if id(full[position]) != node_id:
                 return False
         for position in self.others:
             arg = full[position]
@@ -180,13 +202,9 @@ class Plan:
         args = list(full)
         for position in self.key.positions:
             args[position] = None
-        changed, updates, plain, slotted = jitted(
-            self.key,
-            [s._raw_value for s in self.donated],
-            [s._raw_value for s in self.kept],
-            *args,
-            **kwargs,
-        )
+        donated = [s._raw_value for s in self.donated] if self.donated else []
+        kept = [s._raw_value for s in self.kept]
+        changed, updates, plain, slotted = jitted(self.number, donated, kept, *args, **kwargs)
         if updates is None:
             leaves = self.leaves
             if changed and tracers.current_jax_trace() != self.token:
@@ -304,11 +322,14 @@ def build_plan(
     except TypeError:
         return None
     _structure.watch(watched)
+    key = PlanKey(tuple(positions), tuple(specs))
     return Plan(
-        key=PlanKey(tuple(positions), tuple(specs)),
+        key=key,
+        number=key_number(key),
         n_args=len(full),
         kw_names=tuple(sorted(kwargs)),
         refs=refs,
+        ids=tuple((i, id(full[i])) for i in positions),
         others=tuple(others),
         donated=donated,
         kept=kept,
