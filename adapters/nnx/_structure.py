@@ -15,15 +15,13 @@ reuses it while the epoch is unchanged. So every change of structure must move t
   snapshot of their children and compares it instead.
 
 Objects nobody watches (the fresh ones built inside a trace) change freely without
-invalidating anything. An id reused by a new object after the watched one died only
-causes a needless rebuild.
+invalidating anything; a watched object is forgotten when it dies.
 """
 
+import weakref
 from collections.abc import Iterable
 
 __all__ = ["bump", "epoch", "touched", "watch"]
-
-_WATCH_LIMIT = 1 << 16
 
 
 class _Counter:
@@ -31,7 +29,9 @@ class _Counter:
 
     def __init__(self) -> None:
         self.epoch = 0
-        self.watched: set[int] = set()
+        # id -> weak reference of each watched object; an entry leaves when its object
+        # dies, so a new object that reuses the id is not mistaken for it.
+        self.watched: dict[int, weakref.ref[object]] = {}
 
 
 COUNTER = _Counter()
@@ -49,13 +49,26 @@ def bump() -> None:
 
 def touched(obj: object) -> None:
     """Record a change to ``obj``'s structure if a plan depends on it."""
-    if id(obj) in COUNTER.watched:
+    ref = COUNTER.watched.get(id(obj))
+    if ref is not None and ref() is obj:
         COUNTER.epoch += 1
 
 
-def watch(ids: Iterable[int]) -> None:
-    """Make changes to the objects with these ids move the epoch."""
-    if len(COUNTER.watched) > _WATCH_LIMIT:
-        COUNTER.watched.clear()
-        COUNTER.epoch += 1
-    COUNTER.watched.update(ids)
+def _forget(key: int, ref: "weakref.ref[object]") -> None:
+    if COUNTER.watched.get(key) is ref:
+        del COUNTER.watched[key]
+
+
+def watch(objects: Iterable[object]) -> bool:
+    """Make changes to these objects move the epoch (while they live); False if one of
+    them cannot be watched (it takes no weak reference)."""
+    watched = COUNTER.watched
+    for obj in objects:
+        key = id(obj)
+        ref = watched.get(key)
+        if ref is None or ref() is not obj:
+            try:
+                watched[key] = weakref.ref(obj, lambda r, key=key: _forget(key, r))
+            except TypeError:
+                return False
+    return True

@@ -225,10 +225,10 @@ def _signature(node: Any, impl: Any) -> tuple[Any, ...]:
     return tuple((k, id(v)) for k, v in impl.node_dict(node).items())
 
 
-def _walk(nodes: tuple[Any, ...]) -> tuple[list[int], list[Any]] | None:
-    """The ids of the objects to watch and the snapshots of plain containers under
+def _walk(nodes: tuple[Any, ...]) -> tuple[list[Any], list[Any]] | None:
+    """The objects to watch and the snapshots of plain containers under
     ``nodes``; None if a Variable there cannot take the fast path (ref/hijax)."""
-    watched: list[int] = []
+    watched: list[Any] = []
     snapshots: list[Any] = []
     seen: set[int] = set()
     stack: list[tuple[Any, bool]] = [(n, False) for n in nodes]
@@ -245,7 +245,7 @@ def _walk(nodes: tuple[Any, ...]) -> tuple[list[int], list[Any]] | None:
         if impl is None:
             continue
         if isinstance(node, Pytree):
-            watched.append(id(node))
+            watched.append(node)
         elif isinstance(node, State):
             owned = True  # its entries change through State's own (hooked) methods
         elif not (owned or node is None or isinstance(node, (tuple, PytreeState))):
@@ -321,7 +321,8 @@ def build_plan(
         refs = tuple((i, weakref.ref(full[i])) for i in positions)
     except TypeError:
         return None
-    _structure.watch(watched)
+    if not _structure.watch(watched):
+        return None
     key = PlanKey(tuple(positions), tuple(specs))
     return Plan(
         key=key,

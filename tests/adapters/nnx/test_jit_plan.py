@@ -181,7 +181,7 @@ def test_a_structure_changed_on_every_call_stops_building_plans() -> None:
 OPS = st.lists(st.sampled_from(["call", "append", "replace", "plain", "value"]), max_size=8)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(OPS)
 def test_fast_path_agrees_with_eager_calls(ops: list[str]) -> None:
     """Law: any sequence of calls and mutations gives the eager results and state."""
@@ -215,6 +215,6 @@ def test_calls_under_another_transform_build_no_plan() -> None:
 
     np.testing.assert_allclose(loop(jnp.ones(3), m), 20.0**6 * np.ones(3), rtol=1e-6)
     assert f.plans.enabled and f.plans.wasted == 0
-    f(m, jnp.ones(3))
-    f(m, jnp.ones(3))
+    for _ in range(3):
+        f(m, jnp.ones(3))
     assert len(f.plans.plans) == 1 and f.plans.last_used
