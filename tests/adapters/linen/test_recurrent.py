@@ -237,7 +237,6 @@ def test_nn_scan_over_a_cell_class_matches_flax() -> None:
 
 BIDI_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("default", {}, {}),
-    ("return_carry", {"return_carry": True}, {}),
     (
         "lengths_time_major",
         {"return_carry": True, "time_major": True},
