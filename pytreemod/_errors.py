@@ -144,7 +144,7 @@ class StateWriteError(PytreemodError, RuntimeError):
     """
 
 
-class ShapeError(PytreemodError, TypeError):
+class ShapeError(PytreemodError, TypeError, ValueError):
     """An array's shape (or dtype) does not fit a layer, a ``pytreemod.nn.functional`` op,
     or the annotations of a module declared ``typecheck=True``.
 
@@ -164,6 +164,10 @@ class ShapeError(PytreemodError, TypeError):
     argument (or the return value), what its annotation expects and what it got, and
     ends with ``Fix:``. A NumPy array given where a typechecked method annotates
     ``jax.Array`` is not an error: it is converted with ``jnp.asarray`` first.
+
+    It is both a ``TypeError`` and a ``ValueError``: JAX reports shape mismatches as either
+    (``dot_general`` a ``TypeError``, a convolution's channels a ``ValueError``), so code
+    written to catch JAX's (or Flax's) error for a shape keeps catching it here.
 
     Fix: give the layer inputs of the shape its docstring shows, or build the layer with
     sizes that match the data (``Linear(in_features=x.shape[-1], ...)``); for your own

@@ -22,11 +22,11 @@ are converted (``jnp.asarray``) and the call is made again; otherwise jaxtyping'
 and what it got (the dimension that disagrees with the shapes on both sides, a dtype, a
 type), and ``Fix: ...``. It names the module class and method: the method's own ``self``
 for a layer method, the nearest calling Module method for an op. When enclosing modules
-on the calling frames hold that
-module, the call is named by its path from the outermost of them instead
-(``Model.blocks[3].mlp.up(x=f32[2, 5])``). The explanation walks the annotations again
-and looks at the calling frames only on this error path; a successful call pays for
-jaxtyping's check alone.
+on the calling frames hold that module, the call is named by its path from the outermost
+of them instead (``Model.blocks[3].mlp.up(x=f32[2, 5])``), as ``_where`` finds it for
+every error that names a layer. The explanation walks the annotations again and looks at
+the calling frames only on this error path; a successful call pays for jaxtyping's check
+alone.
 
 Layers are declared ``typecheck=True``, whose class-level jaxtyping wrapper checks the
 methods a subclass adds; on the layers' own methods, already checked here, it stands
@@ -42,10 +42,9 @@ from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar
 
 import jax
-import jax.tree_util as jtu
 import numpy as np
-from jax.core import Tracer
 
+from . import _where
 from ._errors import ShapeError
 from ._shapecheck_explain import (
     as_jax_arrays,
@@ -59,7 +58,6 @@ from ._shapecheck_explain import (
 )
 from ._shapecheck_explain import axes_text as axes_text
 from ._shapecheck_explain import summary as summary
-from ._tree import format_path
 
 AnyArray: TypeAlias = jax.Array | np.ndarray
 """What array annotations accept: JAX arrays (tracers included) and NumPy arrays."""
@@ -145,7 +143,7 @@ def checked(fn: F, *, method: bool | None = None) -> F:
         if failure is None:
             failure = fallback(cause, fn, bound.arguments, hints)
         frame = sys._getframe(1)
-        caller = None if is_method else _module_frame(frame)
+        caller = None if is_method else _where.module_frame(frame)
         caller_module = None if caller is None else caller.f_locals["self"]
         fix = fix_text(failure, fn, is_method, caller_module)
         if is_method:
@@ -374,20 +372,9 @@ def fail(op: str, reason: str) -> typing.NoReturn:
 
 
 # ----------------------------------------------------------------------------- context
-
-
-def _is_module(obj: Any) -> bool:
-    # A pytreemod Module, recognised by the field table its metaclass gives every Module
-    # class: this module sits below ``_module`` (whose metaclass uses ``checked``).
-    return hasattr(type(obj), "_pytreemod_fieldset")
-
-
-def _module_frame(frame: types.FrameType | None) -> types.FrameType | None:
-    while frame is not None:
-        if _is_module(frame.f_locals.get("self")):
-            return frame
-        frame = frame.f_back
-    return None
+#
+# The layer a failed check names comes from ``_where``, the one model-path walk (shared
+# with sharding errors and the layers' own errors); only a failed check walks the frames.
 
 
 def _describe_call(
@@ -406,23 +393,15 @@ def _describe_call(
         for name, value in arguments.items()
         if value is not module and (hasattr(value, "shape") or name == also)
     ]
-    root, path = _model_path(module, caller)
+    root, path = _where.model_path(module, caller)
     if path:
         called = "" if method == "__call__" else f".{method}"
         return f"{type(root).__name__}{path}{called}({', '.join(shown)})"
     return f"{type(module).__name__}.{method}({', '.join(shown)})"
 
 
-def call_site(module: Any, frame: types.FrameType | None) -> str:
-    """How an error raised inside ``module``'s method names it: ``Model.blocks[1].drop``
-    when a model on the calling frames (``frame`` outward) holds it, else its class name
-    (``Dropout``). For checks a layer makes by hand, on their error path only."""
-    root, path = _model_path(module, frame)
-    return f"{type(root).__name__}{path}" if path else type(module).__name__
-
-
 def _with_context(op: str, reason: str, frame: types.FrameType | None) -> str:
-    found = _module_frame(frame)
+    found = _where.module_frame(frame)
     if found is None:
         return f"{op}: {reason}"
     code = found.f_code
@@ -431,87 +410,3 @@ def _with_context(op: str, reason: str, frame: types.FrameType | None) -> str:
     arguments = {n: local.get(n) for n in names}
     where = _describe_call(local["self"], code.co_name, arguments, found.f_back)
     return f"{where}: {reason} (checked in {op})"
-
-
-# ----------------------------------------------------------------------------- model path
-#
-# Only a failed check pays for this: the calling frames are walked once the error is
-# being raised. A Module method running on the stack has its module as ``self``; each
-# enclosing one that holds the module below it (as a field, in a list or dict field, or
-# deeper: ``self.mlp.up(x)``) adds the key path between the two. Nothing is recorded
-# while a model runs, so a successful call and the compiled program are unchanged. Under
-# a trace the frames are the same (JAX traces Python on this stack), and a layer
-# wrapped by ``trace_once`` whose cached trace fails is run again directly, from its
-# caller's frame, so the path holds there too.
-
-
-def _model_path(module: Any, frame: types.FrameType | None) -> tuple[Any, str]:
-    """The outermost module on the calling frames that holds ``module`` (through a chain
-    of modules each holding the next), and the path from it to ``module``
-    (``".blocks[1].mlp.up"``; ``""`` when no calling module holds it)."""
-    root, path = module, ""
-    seen: set[int] = {id(module)}
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        if owner is not None and id(owner) not in seen and _is_module(owner):
-            seen.add(id(owner))
-            found = _key_path(owner, root)
-            if found is not None:
-                root, path = owner, found + path
-        frame = frame.f_back
-    return root, path
-
-
-def _key_path(owner: Any, child: Any) -> str | None:
-    """The path from ``owner`` to ``child`` among its PyTree children or static fields,
-    or ``None`` when it does not hold it.
-
-    ``child`` is found by identity; failing that, as the one child of its class and tree
-    structure that is a copy of it (the same array objects: JAX rebuilt the module from
-    its leaves) or, when ``child`` holds tracers (a transform rebuilt it), whose arrays
-    have its shapes or one more leading axis (a layer of a stack that ``pm.scan`` or
-    ``pm.vmap`` slices: ``[*]``).
-    """
-    for keys, node in _nodes(owner, lambda x: x is child):
-        if node is child:
-            return format_path(keys)
-    for name in getattr(type(owner), "_pytreemod_static", ()):
-        if getattr(owner, name, None) is child:
-            return f".{name}"
-    traced = any(isinstance(x, Tracer) for x in jtu.tree_leaves(child))
-    same_kind = lambda x: x is not owner and type(x) is type(child)
-    nodes = _nodes(owner, same_kind)
-    matches = [(keys, m) for keys, m in nodes if type(m) is type(child)]
-    found = [(k, s) for k, m in matches if (s := _stacked(m, child, traced)) is not None]
-    if len(found) != 1:
-        return None
-    keys, stacked = found[0]
-    return format_path(keys) + ("[*]" if stacked else "")
-
-
-def _nodes(tree: Any, is_leaf: Callable[[Any], bool]) -> list[tuple[Any, Any]]:
-    try:
-        return jtu.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
-    except Exception:  # a tree JAX cannot flatten: no path through it
-        return []
-
-
-def _stacked(candidate: Any, child: Any, traced: bool) -> bool | None:
-    """``False`` if ``candidate`` has ``child``'s structure and its very leaves, or (when
-    ``traced``) its shapes; ``True`` if (when ``traced``) it has its structure and one
-    more leading axis on every array; else ``None``."""
-    leaves, treedef = jtu.tree_flatten(candidate)
-    child_leaves, child_treedef = jtu.tree_flatten(child)
-    if treedef != child_treedef:
-        return None
-    if all(a is b for a, b in zip(leaves, child_leaves)):
-        return False
-    if not traced:
-        return None
-    shapes = [tuple(getattr(x, "shape", ())) for x in leaves]
-    child_shapes = [tuple(getattr(x, "shape", ())) for x in child_leaves]
-    if shapes == child_shapes:
-        return False
-    if shapes and all(s[1:] == c and len(s) == len(c) + 1 for s, c in zip(shapes, child_shapes)):
-        return True
-    return None

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from ._errors import StateMismatchError
 from ._filters import FilterLike
-from ._meta import AxisMetadata
+from ._meta import AxisMetadata, peel, rebox
 from ._module import Module, field
 from ._partition import State, combine, partition, state
 from ._variables import Variable
@@ -43,7 +43,7 @@ def _rebox_like(params: State, grads: Any) -> Any:
     """``grads`` with a plain array put in the box ``params`` has at the same place."""
 
     def one(p: Any, g: Any) -> Any:
-        return p.replace_boxed(g) if _is_box(p) and not _is_box(g) else g
+        return rebox(peel(p)[0], g) if _is_box(p) and not _is_box(g) else g
 
     return jax.tree.map(one, params, grads, is_leaf=_is_box)
 

@@ -31,7 +31,7 @@ import numpy as np
 import pytreemod as pm
 
 from .. import config as _config
-from . import _filters
+from . import _filters, meta
 from ._errors import (
     InvalidRngError,
     InvalidScopeError,
@@ -45,7 +45,6 @@ from ._errors import (
     UnliftedRngError,
 )
 from ._frozen_dict import FrozenDict
-from .meta import unbox as unbox_constrained
 
 T = TypeVar("T")
 
@@ -211,24 +210,20 @@ class Variable(Generic[T]):
 def _unbox(value: Any) -> Any:
     if isinstance(value, jax.Array):
         return value
-    return unbox_constrained(value)
+    return meta.unbox(value)
 
 
 def _rebox(current: Any, value: Any) -> Any:
-    """Put ``value`` into the boxes of ``current`` where their structures agree."""
+    """``value`` put into the boxes of ``current`` (``meta.replace_boxed``) where the two
+    trees agree, with boxes as leaves, and ``current`` holds a box; else ``value``."""
     if isinstance(current, jax.Array) or current is None:
         return value
     cur_def = jax.tree.structure(current, is_leaf=pm.is_box)
     if cur_def != jax.tree.structure(value, is_leaf=pm.is_box):
         return value
-    leaves = cur_def.flatten_up_to(current)
-    if not any(pm.is_box(x) for x in leaves):
+    if not any(pm.is_box(x) for x in cur_def.flatten_up_to(current)):
         return value
-    new = [
-        c.replace_boxed(v) if pm.is_box(c) else v
-        for c, v in zip(leaves, cur_def.flatten_up_to(value))
-    ]
-    return cur_def.unflatten(new)
+    return meta.replace_boxed(current, value)
 
 
 # Shapes an initializer produces, per init_fn (weakly: a closure that dies takes its

@@ -7,7 +7,6 @@ The rules (``(logical_name, mesh_axes)`` pairs) are pytreemod's thread-local set
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 from jax.experimental.layout import Format
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -93,8 +92,8 @@ def shard_value(
         )
     if isinstance(out_sharding, PartitionSpec):
         out_sharding = NamedSharding(mesh, out_sharding)
-    if isinstance(out_sharding, Format):
-        return jax.lax.with_sharding_constraint(value, out_sharding)
+    if isinstance(out_sharding, Format):  # a layout: a sharding constraint
+        return pm.sharding.apply_sharding(value, out_sharding)
     if not (mesh.are_all_axes_explicit or mesh.are_all_axes_auto):
         raise ValueError(
             "Mesh must have all axes as Explicit or all axes as Auto. "

@@ -25,6 +25,8 @@ from typing import Any, cast
 
 import jax
 
+import pytreemod as pm
+
 from . import _structure, filterlib, graphlib
 from ._extract_prefix import KeyPath as KeyPath
 from ._extract_prefix import Missing as Missing
@@ -296,7 +298,7 @@ class Raised:
         sharding = self.shardings.get(path)
         if sharding is None:
             return value
-        return jax.lax.with_sharding_constraint(value, sharding)
+        return pm.sharding.apply_sharding(value, sharding)
 
     def lower_outputs(self, out: Any) -> tuple["Updates", Any]:
         """The Variables' changes and ``out`` with its nodes lowered (see ``Lowered``)."""

@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 
 import jax
 
+from .._meta import slot_value
 from .._partition import _build, _split
 from .._tree import format_path
-from .._variables import Variable
 from ._boxes import Partitioned
 from ._trees import AnyMesh, _check_fits, get_sharding
 
@@ -45,7 +45,7 @@ def abstract(tree: T, mesh: AnyMesh | None = None) -> T:
         if structure.alias[slot] is not None:
             out.append(None)
             continue
-        inner = value.value if isinstance(value, Variable) else value
+        inner = slot_value(value)
         leaf = inner.value if isinstance(inner, Partitioned) else inner
         sharding = get_sharding(inner, mesh)
         _check_fits(leaf, sharding, f"{format_path(structure.paths[slot])}: ")

@@ -33,7 +33,7 @@ def _keep_axes(target: PartitionSpec, keep: set[str]) -> PartitionSpec:
     return PartitionSpec(*out)
 
 
-def apply_sharding(x: Any, sharding: NamedSharding) -> Any:
+def apply_sharding(x: Any, sharding: Any) -> Any:
     """``x`` given ``sharding``, on any kind of mesh.
 
     Where the target or ``x``'s own type uses an ``Explicit`` mesh axis, ``x`` is
@@ -41,12 +41,23 @@ def apply_sharding(x: Any, sharding: NamedSharding) -> Any:
     replicated is gathered); on ``Auto`` axes it is a sharding constraint that XLA's
     propagation honours. A mesh with both kinds gets both, each on its own axes.
 
+    ``sharding`` is a ``NamedSharding``, or a ``PartitionSpec`` on the mesh set with
+    ``jax.set_mesh``; any other sharding JAX accepts (a ``Format`` with a layout, a
+    single-device sharding) names no mesh axes and is a sharding constraint.
+
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
     >>> mesh = jax.make_mesh((1,), ("data",))
     >>> pm.sharding.apply_sharding(jnp.ones(4), jax.NamedSharding(mesh, jax.P("data"))).shape
     (4,)
     """
+    if isinstance(sharding, PartitionSpec):
+        mesh = context_mesh()
+        if mesh is None:  # no mesh set with jax.set_mesh: JAX's own rules apply
+            return jax.lax.with_sharding_constraint(x, sharding)
+        sharding = NamedSharding(mesh, sharding)
+    if not isinstance(sharding, NamedSharding):
+        return jax.lax.with_sharding_constraint(x, sharding)
     mesh = sharding.mesh
     types = dict(zip(mesh.axis_names, mesh.axis_types))
     explicit = {a for a, t in types.items() if t == AxisType.Explicit}

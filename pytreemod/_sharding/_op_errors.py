@@ -1,5 +1,9 @@
 """Errors of the ops on Explicit meshes: JAX's ``ShardingTypeError`` made a
 ``ShardingError`` that names the layer path, the op, the operands' shardings and the fix.
+
+The layer is named by ``_where.current_layer``, as shape errors name it: the innermost
+layer running on the calling frames, by its path from the outermost model holding it
+(``Model.blocks[3].mlp``, ``[*]`` inside a scanned stack).
 """
 
 import contextlib
@@ -11,19 +15,8 @@ from typing import Any
 from jax.sharding import PartitionSpec
 
 from .._errors import ShardingError
-from .._shapecheck import _module_frame, call_site
+from .._where import current_layer
 from ._mesh import type_sharding
-
-
-def layer_path(frame: types.FrameType | None) -> str | None:
-    """The path of the innermost layer whose method is running on the calling frames
-    (``frame`` outward), as shape errors name it (``_shapecheck.call_site``: the
-    outermost model holding it, then ``.blocks[3].mlp``, ``[*]`` inside a scanned stack),
-    or ``None`` outside any layer."""
-    found = _module_frame(frame)
-    if found is None:
-        return None
-    return call_site(found.f_locals["self"], found.f_back)
 
 
 def _describe(x: Any) -> str:
@@ -36,7 +29,7 @@ def _describe(x: Any) -> str:
 def sharding_message(
     op: str, operands: dict[str, Any], reason: str, fix: str, frame: types.FrameType | None
 ) -> str:
-    where = layer_path(frame)
+    where = current_layer(frame)
     shown = ", ".join(f"{k}: {_describe(v)}" for k, v in operands.items() if v is not None)
     at = f"{where}: " if where else ""
     return f"{at}pytreemod.nn.functional.{op} on an Explicit mesh ({shown}): {reason}. Fix: {fix}."

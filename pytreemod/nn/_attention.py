@@ -10,12 +10,13 @@ import jax.numpy as jnp
 from jaxtyping import Float, Shaped
 
 from .._errors import AxisMetadataError, LayerConfigError
-from .._meta import AxisMetadata
+from .._meta import AxisMetadata, peel, rebox
 from .._module import Module, field
-from .._shapecheck import AnyArray, call_site, checked
+from .._shapecheck import AnyArray, checked
 from .._sharding._trees import logical_zeros
 from .._trace_cache import trace_once
 from .._variables import Cache, Param
+from .._where import layer_name
 from . import _ops_attention as A
 from . import _ops_linear as L
 from ._init import (
@@ -422,8 +423,8 @@ class MultiHeadAttention(Module, typecheck=True):
         if inputs_k is None:
             if inputs_v is not None:
                 raise LayerConfigError(
-                    "MultiHeadAttention: inputs_v was given without inputs_k; pass both (or "
-                    "only inputs_k to use it as the values too)."
+                    f"{layer_name(self, sys._getframe(1))}: inputs_v was given without "
+                    "inputs_k; pass both (or only inputs_k to use it as the values too)."
                 )
             inputs_k = inputs_q
         if inputs_v is None:
@@ -438,12 +439,12 @@ class MultiHeadAttention(Module, typecheck=True):
         dropping = self.dropout_rate > 0.0 and not deterministic
         if dropping and key is None:
             raise LayerConfigError(
-                f"{call_site(self, sys._getframe(1))}: MultiHeadAttention(dropout_rate="
+                f"{layer_name(self, sys._getframe(1))}: MultiHeadAttention(dropout_rate="
                 f"{self.dropout_rate}) in training needs a PRNG key: call it with "
                 "key=jax.random.key(seed), or pass deterministic=True."
             )
         if dropping:
-            prng_key(call_site(self, sys._getframe(1)), key, calling=True)
+            prng_key(layer_name(self, sys._getframe(1)), key, calling=True)
         return A.dot_product_attention(
             q,
             k,
@@ -501,16 +502,18 @@ class MultiHeadAttention(Module, typecheck=True):
         """
         if self.cached_key is None or self.cached_value is None or self.cache_index is None:
             raise LayerConfigError(
-                "MultiHeadAttention.decode needs a decoding cache: build the layer for "
-                "decoding with `layer = layer.init_cache(batch_shape, max_len)` first."
+                f"{layer_name(self, sys._getframe(1))}.decode needs a decoding cache: build "
+                "the layer for decoding with `layer = layer.init_cache(batch_shape, max_len)` "
+                "first."
             )
         q, k, v = self._qkv(inputs, inputs, inputs)
         old_key, old_value = self.cached_key.get(), self.cached_value.get()
         new_key, new_value, new_index, cache_mask = A.update_kv_cache(
             unboxed(old_key), unboxed(old_value), self.cache_index.get(), k, v
         )
-        self.cached_key.set(_rebox(old_key, new_key))
-        self.cached_value.set(_rebox(old_value, new_value))
+        # The cache keeps its boxes (its logical names) across writes.
+        self.cached_key.set(rebox(peel(old_key)[0], new_key))
+        self.cached_value.set(rebox(peel(old_value)[0], new_value))
         self.cache_index.set(new_index)
         # Read the cache back through the apply call: later calls in it see the same state.
         k_all, v_all = unboxed(self.cached_key.get()), unboxed(self.cached_value.get())
@@ -543,10 +546,3 @@ def _cache_zeros(shape: tuple[int, ...], dtype: Any, projection: ProjectHeads) -
     if "batch" in taken:  # a kernel axis named "batch" (unusual): leave the batch unnamed
         batch = (None,) * n_batch
     return logical_zeros(shape, dtype, (*batch, None, names[1], names[2]))
-
-
-def _rebox(old: Any, new: Any) -> Any:
-    """``new`` in the boxes ``old`` was in (the cache keeps its names across writes)."""
-    if isinstance(old, AxisMetadata):
-        return old.replace_boxed(_rebox(getattr(old, "value", None), new))
-    return new

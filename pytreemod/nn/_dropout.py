@@ -9,8 +9,9 @@ from jaxtyping import Shaped
 
 from .._errors import LayerConfigError
 from .._module import Module, field
-from .._shapecheck import AnyArray, call_site, checked, summary
+from .._shapecheck import AnyArray, checked, summary
 from .._trace_cache import trace_once
+from .._where import layer_name
 from . import _ops_dropout as F
 from ._validate import _is_int, integer, prng_key, probability
 
@@ -75,18 +76,19 @@ class Dropout(Module, typecheck=True):
         for d in self.broadcast_dims:
             if not -x.ndim <= d < x.ndim:
                 raise LayerConfigError(
-                    f"Dropout: broadcast_dims={self.broadcast_dims} names axis {d} but x "
-                    f"{summary(x)} has {x.ndim} axes; give axes of the input."
+                    f"{layer_name(self, sys._getframe(1))}: broadcast_dims="
+                    f"{self.broadcast_dims} names axis {d} but x {summary(x)} has {x.ndim} "
+                    "axes; give axes of the input."
                 )
         if not det and 0.0 < self.rate < 1.0:
             if key is None:
                 raise LayerConfigError(
-                    f"{call_site(self, sys._getframe(1))}: Dropout(rate={self.rate}) in "
+                    f"{layer_name(self, sys._getframe(1))}: Dropout(rate={self.rate}) in "
                     "training mode needs a PRNG key: call it with key=jax.random.key(seed) "
                     "(a fresh one each step: jax.random.fold_in(key, step)), or pass "
                     "deterministic=True in evaluation."
                 )
-            prng_key(call_site(self, sys._getframe(1)), key, calling=True)
+            prng_key(layer_name(self, sys._getframe(1)), key, calling=True)
         return F.dropout(
             x,
             self.rate,

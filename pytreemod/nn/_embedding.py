@@ -1,5 +1,6 @@
 """``Embedding``."""
 
+import sys
 from typing import Any
 
 import jax
@@ -11,6 +12,7 @@ from .._module import Module, field
 from .._shapecheck import AnyArray, checked
 from .._trace_cache import trace_once
 from .._variables import Param
+from .._where import layer_name
 from . import _ops_linear as F
 from ._init import Initializer, default_embed_init
 from ._ops_common import var_value
@@ -96,9 +98,9 @@ class Embedding(Module, typecheck=True):
             else:
                 if lo < 0 or hi >= n:
                     raise LayerConfigError(
-                        f"Embedding: ids must be in [0, num_embeddings={n}) but range over "
-                        f"[{lo}, {hi}]; check the tokenizer's vocabulary size against "
-                        "num_embeddings."
+                        f"{layer_name(self, sys._getframe(1))}: ids must be in [0, "
+                        f"num_embeddings={n}) but range over [{lo}, {hi}]; check the "
+                        "tokenizer's vocabulary size against num_embeddings."
                     )
         return F.embed(ids, var_value(self.embedding), dtype=self.dtype, out_sharding=out_sharding)
 

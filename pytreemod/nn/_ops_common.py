@@ -1,6 +1,7 @@
 """Helpers shared by the functional ops: dtype promotion, axis and tuple canonicalisation."""
 
 import contextlib
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from .._errors import LayerConfigError
 from .._meta import unboxed
+from .._where import at_layer
 
 
 def promote_dtype(*arrays: Any, dtype: Any = None, inexact: bool = True) -> tuple[Any, ...]:
@@ -85,8 +87,8 @@ def canonicalize_axes(ndim: int, axes: int | Iterable[int]) -> tuple[int, ...]:
 
 
 def _bad_axis(axis: int, ndim: int) -> int:
-
-    raise LayerConfigError(f"axis {axis} is out of range for an input with {ndim} axes.")
+    message = f"axis {axis} is out of range for an input with {ndim} axes."
+    raise LayerConfigError(at_layer(message, sys._getframe(1)))
 
 
 def as_tuple(

@@ -168,3 +168,18 @@ def test_sharding_and_shape_errors_name_a_layer_alike() -> None:
         stack(x)
     with pytest.raises(pm.ShapeError, match=r"^Stack\.layers\[0\]\(x=f32\[8, ?3\]"):
         Stack(init.lecun_normal())(jnp.ones((8, 3)))
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=["explicit", "auto"])
+def test_apply_sharding_takes_a_spec_on_the_set_mesh(kind: AxisType) -> None:
+    with jax.set_mesh(mesh_of(kind)):
+        x = jax.device_put(jnp.arange(32.0).reshape(8, 4), jax.P("data", None))
+        out = jax.jit(lambda a: pm.sharding.apply_sharding(a, P(None, "model")))(x)
+    assert out.sharding.spec == P(None, "model")
+    np.testing.assert_array_equal(out, x)
+
+
+def test_apply_sharding_constrains_to_a_sharding_without_a_mesh() -> None:
+    single = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    out = jax.jit(lambda a: pm.sharding.apply_sharding(a, single))(jnp.ones(4))
+    assert out.sharding == single

@@ -306,3 +306,18 @@ def test_variable_created_in_a_scanned_module_comes_back_stacked(lib: Any) -> No
     assert lazy.bias.shape == (3,)
     assert jnp.allclose(lazy.bias[...], jnp.arange(3.0))
     assert float(out) == 4.0  # ((1 * 0 + 0) * 1 + 1) * 2 + 2
+
+
+# --- shape mismatches are caught by the exception class JAX raises ----------------------
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_channel_mismatch_in_conv_is_a_value_error(lib: Any) -> None:
+    # JAX reports a convolution's channel mismatch as ValueError and a matmul's as
+    # TypeError; programs that catch either keep working (ours says more).
+    conv = lib.Conv(3, 4, kernel_size=(3, 3), rngs=lib.Rngs(0))
+    with pytest.raises(ValueError, match="5"):
+        conv(jnp.ones((1, 6, 6, 5)))
+    linear = lib.Linear(3, 4, rngs=lib.Rngs(0))
+    with pytest.raises(TypeError):
+        linear(jnp.ones((2, 5)))

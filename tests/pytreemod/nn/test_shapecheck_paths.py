@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 import pytreemod as pm
-from pytreemod import _shapecheck
+from pytreemod import _where
 from pytreemod.nn import functional as F
 
 Key = Callable[[], jax.Array]
@@ -218,7 +218,7 @@ def test_nothing_is_looked_up_when_nothing_fails(
     getkey: Key, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[Any] = []
-    monkeypatch.setattr(_shapecheck, "_model_path", lambda *a: calls.append(a) or (a[0], ""))
+    monkeypatch.setattr(_where, "model_path", lambda *a: calls.append(a) or (a[0], ""))
     model = _tower(getkey, bad=-1)
     x = jnp.ones((2, 4))
     model(x)
@@ -247,7 +247,7 @@ def test_the_compiled_step_is_the_same_with_and_without_path_lookup(
     results = []
     for lookup in (True, False):  # one calling line: the programs' source locations agree
         if not lookup:
-            monkeypatch.setattr(_shapecheck, "_model_path", lambda module, frame: (module, ""))
+            monkeypatch.setattr(_where, "model_path", lambda module, frame: (module, ""))
         with pm.disable_trace_once():  # a fresh trace each time, not a cached one
             results.append(compiled())
     with_lookup, without_lookup = results
