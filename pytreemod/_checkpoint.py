@@ -33,6 +33,7 @@ from . import _checkpoint_atomic as atomic
 from . import _checkpoint_dir as cdir
 from . import _checkpoint_file as cfile
 from . import _checkpoint_format as fmt
+from . import _checkpoint_part as cpart
 from . import _checkpoint_read as cread
 from . import _checkpoint_registry as registry
 from . import _checkpoint_tree as ctree
@@ -108,7 +109,10 @@ def save_async(
     ``load`` reads (a ``load`` or ``save`` of ``path`` in this process waits for it); a
     crash meanwhile leaves that one. The program waits for pending saves before it exits.
     Arguments as for ``save``; errors found before the write starts (what cannot be
-    saved, a missing folder) are raised here.
+    saved, a missing folder) are raised here. On several processes (a checkpoint
+    directory), every process calls it; the thread waits for the others at the
+    distributed runtime's barriers, never at a device collective, so the training's
+    collectives may run meanwhile.
     """
     path = os.fspath(path)
     return asave.start(
@@ -164,7 +168,7 @@ def checkpoint_keys(tree: Any) -> list[str]:
 def _atomic_write(
     path: str,
     tensors: dict[str, np.ndarray],
-    metadata_of: Callable[[Mapping[str, str]], dict[str, str]],
+    metadata_of: cfile.MetadataOf,
     sync: bool,
 ) -> None:
     # A fresh name, not a file made in advance: safetensors truncating an existing file
@@ -207,11 +211,13 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
     Every path, collection, shape, dtype and tie is checked before any tensor is read: a
     difference raises ``CheckpointMismatchError`` naming the file, the path and both
     shapes/dtypes; a malformed file raises ``CheckpointFormatError``. Each tensor's
-    checksum (``save`` writes XXH3 checksums of every tensor and of the header) is
-    verified as it is read (one tensor at a time: the peak host memory is the model plus
-    its largest tensor, not the file as well), before anything is returned: a changed
-    byte anywhere in the file is a ``CheckpointFormatError`` naming the file and the
-    tensor's path. Files
+    checksums (``save`` writes an XXH3 checksum of every MiB of every tensor, and of the
+    header) are verified as it is read (one tensor at a time: the peak host memory is
+    the model plus its largest tensor, not the file as well), before anything is
+    returned: a changed byte anywhere in the file is a ``CheckpointFormatError`` naming
+    the file and the tensor's path. Into arrays split over processes (``like``'s
+    sharding), each process reads only the bytes of its own shards (whole MiB pieces,
+    each verified), and the processes agree on a damaged one. Files
     written before checksums existed load unchecked, and so does a plain safetensors file
     (no pytreemod metadata, as ``safetensors.numpy.save_file`` writes) whose tensors have
     the names ``checkpoint_keys(like)`` lists: shapes and dtypes are checked, values take
@@ -316,10 +322,9 @@ def _read_file(
                 checked = metadata is not None and cfile.verify_header(path, metadata)
                 header = fmt.parse_header(metadata, shapes, path, header_checked=checked)
             selected, ties = ctree.check(path, structure, values, keys, header, pred, raw=raw)
-            loaded = {  # read and placed one by one: one host copy at a time
-                slot: ctree.place(_read(f, path, header.entries[keys[slot]]), peel(values[slot])[1])
-                for slot in selected
-            }
+            loaded = _read_tensors(
+                f, path, [header.entries[keys[s]] for s in selected], values, selected
+            )
     except (CheckpointError, jax.errors.JaxRuntimeError):
         raise
     except Exception as e:
@@ -328,6 +333,42 @@ def _read_file(
             "truncated, corrupted or not a checkpoint; nothing was loaded."
         ) from None
     return header, loaded, ties
+
+
+def _read_tensors(
+    f: cread.Reader, path: str, entries: list[fmt.Entry], values: list[Any], slots: list[int]
+) -> dict[int, Any]:
+    """The ``entries`` read and placed (by slot) one by one: one host copy at a time. Of
+    an array over several processes, this process reads only its shards
+    (``_checkpoint_part``); the processes agree on a damaged one."""
+    leaves = [peel(values[slot])[1] for slot in slots]
+    parts = [cpart.part_sharding(e, leaf) for e, leaf in zip(entries, leaves)]
+    loaded: dict[int, Any] = {}
+    failure, error = -1, None
+    for i, (entry, leaf, part) in enumerate(zip(entries, leaves, parts)):
+        try:
+            if part is None:
+                loaded[slots[i]] = ctree.place(_read(f, path, entry), leaf)
+            else:
+                loaded[slots[i]] = cpart.read_part(f, entry, part, _what(entry))
+        except CheckpointFormatError as e:
+            if all(p is None for p in parts):
+                raise
+            failure, error = i, e  # told to the other processes first
+            break
+    if any(p is not None for p in parts):
+        bad = cpart.agree(failure)
+        if bad == failure and error is not None:
+            raise error
+        if bad >= 0:
+            raise cfile.damaged(
+                path, f"the stored bytes of {_what(entries[bad])} do not match their checksum"
+            )
+    return loaded
+
+
+def _what(entry: fmt.Entry) -> str:
+    return f"{format_path(entry.path)} (tensor {entry.key!r})"
 
 
 def _other_kind(path: str, raw: bool) -> CheckpointFormatError:
@@ -379,9 +420,9 @@ def _raw_header(
 
 
 def _read(f: cread.Reader, path: str, entry: fmt.Entry) -> Any:
-    what = f"{format_path(entry.path)} (tensor {entry.key!r})"
+    what = _what(entry)
     checksum = cfile.unlabel(entry.checksum) if entry.checksum is not None else None
-    flat = f.read(entry.key, checksum, what)
+    flat = f.read(entry.key, checksum, what, entry.chunk_checksums)
     if entry.encoding == "native":
         return flat.view(fmt.DTYPES[entry.dtype]).reshape(entry.shape)
     if entry.encoding == "bytes":

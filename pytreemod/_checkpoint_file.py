@@ -11,9 +11,14 @@ non-cryptographic hash with a maintained Python binding (tens of GB/s on one cor
 for detecting accidental corruption, which is what a checksum here is for (it is no
 defence against a forger, who can rewrite the checksums too).
 
-Two checksums protect a file:
+Two kinds of checksum protect a file:
 
-- each tensor's ``xxh3`` in its header entry, over the tensor's bytes;
+- each tensor's bytes, hashed in chunks of ``CHUNK_BYTES`` (the last one shorter): the
+  entry's ``chunk_checksums``, labelled ``xxh3_64/<chunk bytes>:`` then every chunk's
+  hex run together. A load verifies each chunk as it reads it; a process that reads
+  only part of a tensor (its shards, in a multi-process load) reads the whole chunks
+  that hold its part and verifies them, so every byte it uses is checked. (Version 2
+  files have one ``checksum`` per tensor, over all its bytes: still read and verified.)
 - the header's own, the first value of the safetensors metadata (``pytreemod.header``),
   over the 8-byte length and the header bytes with that value set to zeros. So a changed
   byte anywhere in the header, padding and tensor offsets included, is found too.
@@ -41,7 +46,11 @@ _HEX = 16  # digits of a 64-bit checksum
 ZERO = "0" * _HEX  # a placeholder of a checksum's width
 CHECKSUM = re.compile(rf"{ALGORITHM}:[0-9a-f]{{{_HEX}}}")
 """A labelled checksum, as a header entry or a manifest stores it."""
-_CHUNK = 1 << 20  # hashed then written while in cache
+CHUNK_CHECKSUMS = re.compile(
+    rf"{ALGORITHM}/(?P<size>[1-9][0-9]{{0,15}}):(?P<sums>(?:[0-9a-f]{{{_HEX}}})*)"
+)
+"""Labelled chunk checksums: ``xxh3_64/<chunk bytes>:`` then each chunk's hex."""
+CHUNK_BYTES = 1 << 20  # hashed then written while in cache; the chunk of chunk checksums
 MAX_HEADER = 100_000_000  # safetensors' own limit
 _PREFIX = b'{"__metadata__":{"' + HEADER_KEY.encode() + b'":"' + ALGORITHM.encode() + b":"
 
@@ -93,6 +102,23 @@ def unlabel(checksum: str) -> str:
     return checksum.partition(":")[2]
 
 
+def label_chunks(hex_sums: str, size: int = CHUNK_BYTES) -> str:
+    """Chunk checksums (each chunk's hex, run together) in the stored, labelled form."""
+    return f"{ALGORITHM}/{size}:{hex_sums}"
+
+
+def unlabel_chunks(labelled: str) -> tuple[int, list[str]]:
+    """The chunk size and each chunk's hex of labelled chunk checksums
+    (``CHUNK_CHECKSUMS`` has matched them)."""
+    size, _, sums = labelled.partition("/")[2].partition(":")
+    return int(size), [sums[i : i + _HEX] for i in range(0, len(sums), _HEX)]
+
+
+def chunk_count(nbytes: int, size: int = CHUNK_BYTES) -> int:
+    """How many chunks of ``size`` bytes hold ``nbytes`` (the last may be short)."""
+    return -(-nbytes // size)
+
+
 def _bytes(data: np.ndarray) -> memoryview:
     return data.reshape(-1).view(np.uint8).data
 
@@ -124,34 +150,37 @@ def _header(
     return len(text).to_bytes(8, "little") + text
 
 
-def write(
-    file: str,
-    tensors: Mapping[str, np.ndarray],
-    metadata_of: Callable[[Mapping[str, str]], dict[str, str]],
-) -> None:
+MetadataOf = Callable[[Mapping[str, str]], dict[str, str]]
+"""``metadata_of(sums)``: the safetensors metadata of a file whose tensors have the
+chunk checksums ``sums`` (every chunk's hex run together, by name)."""
+
+
+def write(file: str, tensors: Mapping[str, np.ndarray], metadata_of: MetadataOf) -> None:
     """Write ``tensors`` (C-contiguous, little-endian, dtypes in ``CODES``) to ``file``.
 
-    ``metadata_of(sums)`` gives the safetensors metadata once every tensor's checksum is
-    known; called first with placeholder sums of the same width, it must give metadata
-    of the same length.
+    ``metadata_of(sums)`` gives the safetensors metadata once every tensor's chunk
+    checksums are known; called first with placeholder sums of the same width, it must
+    give metadata of the same length.
     """
     order = _order(tensors)
-    draft = _header(tensors, order, metadata_of(dict.fromkeys(tensors, ZERO)), ZERO)
+    draft = {k: ZERO * chunk_count(t.nbytes) for k, t in tensors.items()}
+    length = len(_header(tensors, order, metadata_of(draft), ZERO))
     sums: dict[str, str] = {}
     with open(file, "wb", buffering=0) as f:  # unbuffered: no copy in Python
-        f.seek(len(draft))
+        f.seek(length)
         for name in order:
             view = _bytes(tensors[name])
-            h = hasher()
-            for start in range(0, len(view), _CHUNK):
-                chunk = view[start : start + _CHUNK]
-                h.update(chunk)
+            parts = []
+            for start in range(0, len(view), CHUNK_BYTES):
+                chunk = view[start : start + CHUNK_BYTES]
+                parts.append(digest_bytes(chunk))  # hashed, then written from the cache
                 _write_all(f, chunk)
-            sums[name] = hex_of(h)
-        unsigned = _header(tensors, order, metadata_of(sums), ZERO)
-        if len(unsigned) != len(draft):
+            sums[name] = "".join(parts)
+        metadata = metadata_of(sums)
+        unsigned = _header(tensors, order, metadata, ZERO)
+        if len(unsigned) != length:
             raise AssertionError("checkpoint header changed size")  # a bug, never the user's
-        signed = _header(tensors, order, metadata_of(sums), digest_bytes(unsigned))
+        signed = _header(tensors, order, metadata, digest_bytes(unsigned))
         f.seek(0)
         _write_all(f, memoryview(signed))
 

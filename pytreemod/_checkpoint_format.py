@@ -3,14 +3,14 @@
 A checkpoint is one safetensors file. Its ``__metadata__`` holds ``format: pytreemod``
 and, under the key ``pytreemod``, a JSON document::
 
-    {"version": 2,
+    {"version": 3,
      "entries": {"blocks.3.mlp.kernel": {"path": ["blocks", 3, "mlp", "kernel"],
                                          "collection": "params", "variable": "Param",
                                          "dtype": "bfloat16", "shape": [4, 2],
                                          "encoding": "native", "key_impl": null,
                                          "boxes": [{"type": "pytreemod._meta.Partitioned",
                                                     "fields": {"names": ["embed", "mlp"]}}],
-                                         "checksum": "xxh3_64:5f0c9d2e7a41b386"}},
+                                         "chunk_checksums": "xxh3_64/1048576:5f0c9d2e7a41b386"}},
      "aliases": {"head.kernel": {"path": ["head", "kernel"], "of": "embed.kernel"}}}
 
 ``encoding`` says how the tensor of the same name stores the value: ``native`` (its
@@ -21,9 +21,13 @@ or ``key`` (the ``jax.random.key_data`` of a typed PRNG key array, rebuilt with
 range, and that every entry has its tensor with a consistent dtype and size, so nothing
 later can fail on a malformed value; no name in a file is ever imported or evaluated.
 
-``checksum`` (version 2) is the checksum of the tensor's bytes; ``_checkpoint_file``
-owns its form (hash, hex, label), writes and checks it, and the checksum of the header
-itself. Version 1 files (written before checksums) are still read, unchecked.
+``chunk_checksums`` (version 3) are the checksums of the tensor's bytes, a chunk of
+``_checkpoint_file.CHUNK_BYTES`` at a time (one for a small tensor, none for an empty
+one), so that a process which reads only some of a tensor's bytes verifies them;
+``_checkpoint_file`` owns their form (hash, hex, label), writes and checks them, and the
+checksum of the header itself. Version 2 files (one ``checksum`` of all a tensor's
+bytes) are still read and verified; version 1 files (written before checksums) are read
+unchecked.
 """
 
 import dataclasses
@@ -39,7 +43,7 @@ from . import _checkpoint_file as cfile
 from ._errors import CheckpointFormatError
 
 FORMAT = "pytreemod"
-VERSION = 2  # 2: every entry has a checksum; 1 (read, not written): none
+VERSION = 3  # 3: chunk checksums; 2 (read, not written): one checksum a tensor; 1: none
 MAX_RANK = 64
 MAX_ELEMENTS = 2**62
 
@@ -130,11 +134,10 @@ class Entry:
     encoding: str
     key_impl: str | None
     boxes: tuple[BoxRecord, ...]
-    checksum: str | None = (
-        None  # labelled (cfile.label) checksum of the tensor's bytes; None in version 1
-    )
+    checksum: str | None = None  # version 2: labelled (cfile.label), of all the bytes
+    chunk_checksums: str | None = None  # version 3: labelled (cfile.label_chunks)
 
-    def to_json(self, checksum: str) -> dict[str, Any]:
+    def to_json(self, chunk_checksums: str) -> dict[str, Any]:
         return {
             "path": list(self.path),
             "collection": self.collection,
@@ -144,7 +147,7 @@ class Entry:
             "encoding": self.encoding,
             "key_impl": self.key_impl,
             "boxes": [{"type": b.type, "fields": b.fields} for b in self.boxes],
-            "checksum": checksum,
+            "chunk_checksums": chunk_checksums,
         }
 
 
@@ -163,10 +166,11 @@ class Header:
     aliases: dict[str, Alias]
 
     def to_metadata(self, sums: Mapping[str, str]) -> dict[str, str]:
-        """The safetensors metadata, with ``sums[key]`` (hex) as each entry's checksum."""
+        """The safetensors metadata, with ``sums[key]`` (every chunk's hex run together)
+        as each entry's chunk checksums."""
         doc = {
             "version": VERSION,
-            "entries": {k: e.to_json(cfile.label(sums[k])) for k, e in self.entries.items()},
+            "entries": {k: e.to_json(cfile.label_chunks(sums[k])) for k, e in self.entries.items()},
             "aliases": {k: {"path": list(a.path), "of": a.of} for k, a in self.aliases.items()},
         }
         return {"format": FORMAT, FORMAT: json.dumps(doc, allow_nan=False)}
@@ -307,8 +311,8 @@ def parse_header(
 ) -> Header:
     """Parse and check the header against the file's tensors (``name -> (code, shape)``).
 
-    ``header_checked``: the header's checksum was found and verified; a version 2 header
-    without one was damaged (version 1 files have none).
+    ``header_checked``: the header's checksum was found and verified; a version 2 or 3
+    header without one was damaged (version 1 files have none).
     """
     r = _Reader(file)
     if not metadata or metadata.get("format") != FORMAT or FORMAT not in metadata:
@@ -324,12 +328,12 @@ def parse_header(
         raise r.fail("header", f"not valid JSON ({e})") from None
     doc = r.obj(doc, "header")
     version = r.field(doc, "version", int, "header")
-    if version not in (1, VERSION):
+    if version not in (1, 2, VERSION):
         raise r.fail("header", f"format version {version} is not supported (this is {VERSION})")
     if version >= 2 and not header_checked:
         raise r.fail("header", "the header's checksum is missing")
     entries = {
-        key: _parse_entry(r, key, raw, checksummed=version >= 2)
+        key: _parse_entry(r, key, raw, version)
         for key, raw in r.obj(r.field(doc, "entries", dict, "header"), "entries").items()
     }
     aliases: dict[str, Alias] = {}
@@ -350,14 +354,18 @@ def parse_header(
     return Header(entries, aliases)
 
 
-def _parse_entry(r: _Reader, key: str, raw: Any, *, checksummed: bool) -> Entry:
+def _parse_entry(r: _Reader, key: str, raw: Any, version: int) -> Entry:
     where = f"entry {key!r}"
     raw = r.obj(raw, where)
-    checksum = None
-    if checksummed:
+    checksum = chunk_checksums = None
+    if version == 2:
         checksum = r.field(raw, "checksum", str, where)
         if not cfile.CHECKSUM.fullmatch(checksum):
             raise r.fail(where, f"'checksum' {checksum!r} is not an {cfile.ALGORITHM} checksum")
+    elif version >= 3:
+        chunk_checksums = r.field(raw, "chunk_checksums", str, where)
+        if not cfile.CHUNK_CHECKSUMS.fullmatch(chunk_checksums):
+            raise r.fail(where, f"'chunk_checksums' are not {cfile.ALGORITHM} chunk checksums")
     dtype = r.field(raw, "dtype", str, where)
     encoding = r.field(raw, "encoding", str, where)
     key_impl = r.field(raw, "key_impl", (str, None), where)
@@ -388,6 +396,7 @@ def _parse_entry(r: _Reader, key: str, raw: Any, *, checksummed: bool) -> Entry:
         key_impl=key_impl,
         boxes=tuple(boxes),
         checksum=checksum,
+        chunk_checksums=chunk_checksums,
     )
 
 
@@ -410,3 +419,12 @@ def _check_tensor(r: _Reader, e: Entry, code: str, shape: tuple[int, ...]) -> No
             f"the tensor ({code}{list(shape)}) does not hold a {e.encoding}-encoded "
             f"{e.dtype}{list(e.shape)}",
         )
+    if e.chunk_checksums is not None:
+        nbytes = math.prod(shape) * DTYPES[stored].itemsize
+        size, sums = cfile.unlabel_chunks(e.chunk_checksums)
+        if len(sums) != cfile.chunk_count(nbytes, size):
+            raise r.fail(
+                where,
+                f"{len(sums)} chunk checksums, but the tensor's {nbytes} bytes are "
+                f"{cfile.chunk_count(nbytes, size)} chunks of {size}",
+            )

@@ -163,25 +163,68 @@ class Reader:
         self.tensors[name] = (code, tuple(shape))
         self._spans[name] = (offsets[0], offsets[1])
 
-    def read(self, name: str, checksum: str | None = None, what: str = "") -> np.ndarray:
-        """The bytes of tensor ``name`` as a flat ``uint8`` array of their own. With
-        ``checksum`` (hex), each chunk is hashed as it is read and a difference raises
+    def read(
+        self,
+        name: str,
+        checksum: str | None = None,
+        what: str = "",
+        chunk_sums: str | None = None,
+    ) -> np.ndarray:
+        """The bytes of tensor ``name`` as a flat ``uint8`` array of their own, checked
+        as they arrive against ``chunk_sums`` (labelled chunk checksums) or ``checksum``
+        (hex, of all its bytes) when given: a difference raises
         ``CheckpointFormatError`` naming ``what``."""
+        if chunk_sums is not None:
+            return self.read_span(name, 0, self.nbytes(name), chunk_sums, what)[0]
         begin, stop = self._spans[name]
         out = buffer(stop - begin)
-        view = out.data
         h = cfile.hasher() if checksum is not None else None
         self._f.seek(self.data_start + begin)
-        done = 0
-        while done < len(out):
-            n = self._f.readinto(view[done : done + _CHUNK])
-            if not n:
-                raise self._fail(f"the file ended inside tensor {name!r}")
+        for start in range(0, len(out), _CHUNK):
+            piece = out.data[start : start + _CHUNK]
+            self._fill(piece, name)
             if h is not None:
-                h.update(view[done : done + n])
-            done += n
+                h.update(piece)
         if h is not None and cfile.hex_of(h) != checksum:
             raise cfile.damaged(
                 self.file, f"the stored bytes of {what} do not match their checksum"
             )
         return out
+
+    def nbytes(self, name: str) -> int:
+        """The size of tensor ``name``'s bytes."""
+        begin, stop = self._spans[name]
+        return stop - begin
+
+    def read_span(
+        self, name: str, begin: int, end: int, chunk_sums: str | None, what: str
+    ) -> tuple[np.ndarray, int]:
+        """Bytes ``begin:end`` of tensor ``name`` (offsets in its bytes): ``(data,
+        start)``, ``data`` starting at byte ``start`` of the tensor. With ``chunk_sums``
+        (labelled), the whole chunks that hold the span are read, each checked against
+        its checksum as it arrives (a difference raises ``CheckpointFormatError`` naming
+        ``what``); without, exactly the span, unchecked."""
+        size, sums = cfile.unlabel_chunks(chunk_sums) if chunk_sums else (0, [])
+        nbytes = self.nbytes(name)
+        if size:
+            begin, end = begin - begin % size, min(nbytes, -(-end // size) * size)
+        out = buffer(end - begin)
+        self._f.seek(self.data_start + self._spans[name][0] + begin)
+        step = size or _CHUNK
+        for start in range(0, len(out), step):
+            piece = out.data[start : start + step]
+            self._fill(piece, name)
+            if size and cfile.digest_bytes(piece) != sums[(begin + start) // size]:
+                raise cfile.damaged(
+                    self.file, f"the stored bytes of {what} do not match their checksum"
+                )
+        return out, begin
+
+    def _fill(self, view: memoryview, name: str) -> None:
+        """Read ``len(view)`` bytes from the file's position into ``view``."""
+        done = 0
+        while done < len(view):
+            n = self._f.readinto(view[done:])
+            if not n:
+                raise self._fail(f"the file ended inside tensor {name!r}")
+            done += n

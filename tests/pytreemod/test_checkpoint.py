@@ -650,8 +650,31 @@ def test_files_without_checksums_still_load(ckpt: str) -> None:
         doc = json.loads(meta.pop(_checkpoint_file.HEADER_KEY) and meta["pytreemod"])
         doc["version"] = 1
         for entry in doc["entries"].values():
-            del entry["checksum"]
+            del entry["chunk_checksums"]
         meta["pytreemod"] = json.dumps(doc)
 
     _rewritten(ckpt, to_version_1)
     assert_same(pm.load(ckpt, model), model)
+
+
+def test_files_of_version_2_load_checked(ckpt: str) -> None:
+    """A version 2 file (one checksum of all a tensor's bytes, before chunk checksums)
+    loads, its tensors verified."""
+    model = {"w": pm.Param(jnp.arange(3.0)), "s": pm.BatchStat(jnp.ones(2))}
+    pm.save(ckpt, model)
+    with safe_open(ckpt, framework="np") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    doc = json.loads(meta["pytreemod"])
+    doc["version"] = 2
+    for key, entry in doc["entries"].items():
+        del entry["chunk_checksums"]
+        entry["checksum"] = _checkpoint_file.label(_checkpoint_file.digest(tensors[key]))
+    meta["pytreemod"] = json.dumps(doc)
+    write_signed(tensors, ckpt, meta)
+    assert_same(pm.load(ckpt, model), model)
+    tensors["w"] = tensors["w"] + 1  # the old checksum kept: a damaged tensor
+    write_signed(tensors, ckpt, meta)
+    with pytest.raises(
+        pm.CheckpointFormatError, match=r"the stored bytes of \.w \(tensor 'w'\) do not match"
+    ):
+        pm.load(ckpt, model)

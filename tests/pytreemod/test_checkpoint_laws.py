@@ -423,7 +423,9 @@ def test_bad_key_implementation(tmp_path: pathlib.Path) -> None:
         pm.load(path, model)
     doc["entries"]["k"]["key_impl"] = "rbg"
     tensors["k"] = np.zeros(4, np.uint32)
-    doc["entries"]["k"]["checksum"] = f"xxh3_64:{_checkpoint_file.digest(tensors['k'])}"
+    doc["entries"]["k"]["chunk_checksums"] = _checkpoint_file.label_chunks(
+        _checkpoint_file.digest(tensors["k"])
+    )
     meta["pytreemod"] = json.dumps(doc)
     write_signed(tensors, path, meta)
     with pytest.raises(

@@ -4,6 +4,11 @@ checkpoint the two processes write together restores in one process. Both on a m
 Auto axes and on one of Explicit axes (JAX's default), where every array's sharding is in
 its type and the restore must give it back.
 
+The same launch loads one checkpoint file into arrays split over the two processes
+(each reads only the bytes of its own shards, and both refuse a damaged byte only one
+of them reads), and saves a checkpoint directory with ``pm.save_async`` while the main
+thread runs collectives (its barriers must not be device collectives).
+
 The test starts two copies of this file as workers (``python -m
 tests.pytreemod.test_checkpoint_multiprocess <id> <port> <folder>``), bounded in time;
 their process groups are killed if they overrun. One launch covers both axis types.
@@ -22,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import pytreemod as pm
 from pytreemod.nn import functional as F
@@ -113,6 +120,83 @@ def train(mesh: jax.sharding.Mesh, steps: int = 3) -> tuple[list[float], pm.Stru
     return losses, structure, state
 
 
+def file_model() -> dict[str, Any]:
+    """A model for one file: 8 MiB of rows (eight chunks), 256 KiB of columns, a bias."""
+    rows = np.arange(2048 * 1024, dtype=np.float32).reshape(2048, 1024)
+    cols = np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)
+    return {
+        "bias": pm.Param(np.ones(8, np.float32)),
+        "cols": pm.Param(cols),
+        "rows": pm.Param(rows),
+    }
+
+
+def write_files(folder: pathlib.Path) -> None:
+    """The file the workers load, and a copy with one byte changed where only process 1
+    reads (the second half of the rows: it holds them)."""
+    from pytreemod import _checkpoint_read
+
+    path = folder / "file.safetensors"
+    pm.save(path, file_model())
+    with _checkpoint_read.Reader(str(path)) as f:
+        begin, stop = f._spans["rows"]
+        at = f.data_start + (begin + stop) * 3 // 4
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0x04
+    (folder / "damaged.safetensors").write_bytes(bytes(raw))
+
+
+def _bytes_read() -> int:
+    """The bytes this process has read with read(2) and its kin, in all its threads."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def load_file(folder: str) -> dict[str, Any]:
+    """Load the file into rows split over the processes (P('data', 'model')), columns
+    split over them (P(None, 'data')) and a replicated bias."""
+    mesh = make_mesh("auto")
+    specs = {"bias": P(), "cols": P(None, "data"), "rows": P("data", "model")}
+    model = file_model()
+    like = {
+        k: pm.Param(
+            jax.ShapeDtypeStruct(
+                v.value.shape, v.value.dtype, sharding=NamedSharding(mesh, specs[k])
+            )
+        )
+        for k, v in model.items()
+    }
+    before = _bytes_read()
+    back: dict[str, Any] = pm.load(os.path.join(folder, "file.safetensors"), like)
+    read = _bytes_read() - before
+    same = all(
+        np.array_equal(np.asarray(shard.data), model[k].value[shard.index])
+        for k in model
+        for shard in back[k].value.addressable_shards
+    )
+    try:
+        pm.load(os.path.join(folder, "damaged.safetensors"), like)
+        damaged = "loaded"
+    except pm.CheckpointFormatError as e:
+        damaged = str(e)
+    return {"read": read, "same": same, "damaged": damaged}
+
+
+def save_async_while_computing(folder: str, state: Any) -> bool:
+    """``pm.save_async`` of a directory while the main thread runs collectives; then
+    the checkpoint loads as ``state``."""
+    mesh = make_mesh("auto")
+    x = place(np.ones((8, 8), np.float32), NamedSharding(mesh, P("data", "model")))
+    total = jax.jit(lambda a: jnp.sum(a * 2.0))
+    path = os.path.join(folder, "async-dir")
+    pending = pm.save_async(path, state)
+    sums = [float(total(x)) for _ in range(30)]  # as many in every process
+    pending.wait()
+    back = pm.load(path, state)
+    same = jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), back, state)
+    return sums == [128.0] * 30 and all(jax.tree.leaves(same))
+
+
 def worker(process_id: int, port: int, folder: str) -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
@@ -140,6 +224,9 @@ def worker(process_id: int, port: int, folder: str) -> None:
             jax.typeof, state
         )
         results[kind] = {"losses": losses, "single": single, "reloaded": reloaded}
+        if kind == "auto":
+            results["async"] = save_async_while_computing(folder, state)
+    results["file"] = load_file(folder)
     with open(os.path.join(folder, f"worker{process_id}.json"), "w") as f:
         json.dump(results, f)
     jax.distributed.shutdown()
@@ -155,6 +242,7 @@ def _free_port() -> int:
 def workers(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, list[Any]]:
     """The folder the two workers wrote (a checkpoint per axis type) and their results."""
     tmp_path = tmp_path_factory.mktemp("multiprocess")
+    write_files(tmp_path)
     port = _free_port()
     env = dict(os.environ, XLA_FLAGS=xla_flags(4))
     env["JAX_PLATFORMS"] = "cpu"
@@ -173,6 +261,30 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, lis
     ]
     wait_for_processes(procs, timeout=180)
     return tmp_path, [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
+
+
+def test_each_process_reads_only_its_own_shards_of_a_file(
+    workers: tuple[pathlib.Path, list[Any]],
+) -> None:
+    """Rows split over the two processes are half the file each; both processes refuse
+    the copy whose damaged byte only process 1 reads, naming the tensor."""
+    tmp_path, results = workers
+    size = (tmp_path / "file.safetensors").stat().st_size
+    for r in results:
+        assert r["file"]["same"]
+        assert r["file"]["read"] < 0.6 * size, (r["file"]["read"], size)
+        assert (
+            "the stored bytes of .rows (tensor 'rows') do not match their checksum"
+            in (r["file"]["damaged"])
+        )
+        assert "damaged.safetensors" in r["file"]["damaged"]
+
+
+def test_save_async_of_a_directory_on_two_processes(
+    workers: tuple[pathlib.Path, list[Any]],
+) -> None:
+    _, results = workers
+    assert [r["async"] for r in results] == [True, True]
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -2,6 +2,7 @@
 naming the target, the old checkpoint intact, no partial file, strays removed later."""
 
 import contextlib
+import json
 import os
 import pathlib
 import resource
@@ -147,6 +148,74 @@ def test_a_killed_save_leaves_the_old_file_and_the_next_save_removes_its_stray(
     pm.save(target, {"w": np.full(3, 2.0, np.float32)})
     assert _listing(tmp_path) == sorted([other.name, "model.safetensors"])
     assert pm.load(target, {"w": np.zeros(3, np.float32)})["w"].tolist() == [2.0, 2.0, 2.0]
+
+
+# Forks a writer for every line read (after the imports, before JAX starts: each child
+# starts its own JAX); the child saves a checkpoint directory of the model of value k for
+# k = 1, 2, ... until it is killed (the test kills it after its first save, in one of the
+# next ones, each ~0.3 s); the parent reaps the child named by the next line.
+_DIR_WRITERS = """
+import os, sys
+import numpy as np
+import pytreemod as pm
+
+for line in sys.stdin:
+    if line.startswith("reap"):
+        os.waitpid(int(line.split()[1]), 0)
+        continue
+    pid = os.fork()
+    if pid:
+        continue
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    sharding = NamedSharding(jax.make_mesh((2, 4), ("data", "model")), P("data", "model"))
+    print(os.getpid(), flush=True)
+    for k in range(1, 1 << 30):
+        w = jax.device_put(np.full((64, 64), k, np.float32), sharding)
+        pm.save(sys.argv[1], {"w": pm.Param(w), "b": pm.Param(np.full(3, k, np.float32))})
+        if k == 1:  # the first save's start-up done: the next ones are killed
+            print("saved", flush=True)
+"""
+
+
+def test_saves_of_a_directory_killed_at_random_moments(tmp_path: pathlib.Path) -> None:
+    """Each kill leaves a checkpoint that loads whole (one save's model, never a mix),
+    never a partial one; the next save removes what the killed writers left."""
+    import random
+
+    target = tmp_path / "ckpt"
+    like = {"w": pm.Param(np.zeros((64, 64), np.float32)), "b": pm.Param(np.zeros(3, np.float32))}
+    pm.save(target, {k: pm.Param(np.asarray(v.value)) for k, v in like.items()}, directory=True)
+    writers = subprocess.Popen(
+        [sys.executable, "-c", _DIR_WRITERS, str(target)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert writers.stdin is not None and writers.stdout is not None
+    moments = random.Random(0)
+    try:
+        for _ in range(4):
+            writers.stdin.write("fork\n")
+            writers.stdin.flush()
+            child = int(writers.stdout.readline())
+            assert writers.stdout.readline() == "saved\n"
+            time.sleep(moments.uniform(0.0, 0.6))
+            os.kill(child, signal.SIGKILL)
+            writers.stdin.write(f"reap {child}\n")
+            writers.stdin.flush()
+            back = pm.load(target, like)
+            k = back["b"].value[0]
+            assert np.all(back["w"].value == k) and np.all(back["b"].value == k)
+    finally:
+        writers.stdin.close()
+        writers.wait(timeout=60)
+        writers.stdout.close()
+    pm.save(target, {"w": pm.Param(np.ones((64, 64), np.float32)), "b": pm.Param(np.ones(3))})
+    current = json.loads((target / "CHECKPOINT").read_text())["current"]
+    assert _listing(target) == sorted(["CHECKPOINT", current])
 
 
 def test_strays_of_live_writers_and_of_other_hosts(tmp_path: pathlib.Path) -> None:
