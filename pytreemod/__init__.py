@@ -126,15 +126,20 @@ _LAZY: dict[str, str] = {
     "with_partitioning": "._sharding",
     "DiffState": "._transforms_autodiff",
     "grad": "._transforms_autodiff",
+    "jvp": "._transforms_autodiff",
     "value_and_grad": "._transforms_autodiff",
+    "vjp": "._transforms_autodiff",
     "Carry": "._transforms_axes",
     "StateAxes": "._transforms_axes",
+    "checkify": "._transforms_control",
     "checkpoint": "._transforms_control",
     "cond": "._transforms_control",
     "eval_shape": "._transforms_control",
+    "fori_loop": "._transforms_control",
     "remat": "._transforms_control",
     "switch": "._transforms_control",
     "while_loop": "._transforms_control",
+    "pmap": "._transforms_map",
     "vmap": "._transforms_map",
     "scan": "._transforms_scan",
 }
@@ -174,15 +179,20 @@ if _typing.TYPE_CHECKING:
     from ._train_state import TrainState as TrainState
     from ._transforms_autodiff import DiffState as DiffState
     from ._transforms_autodiff import grad as grad
+    from ._transforms_autodiff import jvp as jvp
     from ._transforms_autodiff import value_and_grad as value_and_grad
+    from ._transforms_autodiff import vjp as vjp
     from ._transforms_axes import Carry as Carry
     from ._transforms_axes import StateAxes as StateAxes
+    from ._transforms_control import checkify as checkify
     from ._transforms_control import checkpoint as checkpoint
     from ._transforms_control import cond as cond
     from ._transforms_control import eval_shape as eval_shape
+    from ._transforms_control import fori_loop as fori_loop
     from ._transforms_control import remat as remat
     from ._transforms_control import switch as switch
     from ._transforms_control import while_loop as while_loop
+    from ._transforms_map import pmap as pmap
     from ._transforms_map import vmap as vmap
     from ._transforms_scan import scan as scan
 

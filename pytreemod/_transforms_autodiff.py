@@ -1,5 +1,5 @@
-"""``grad`` and ``value_and_grad`` over modules; ``DiffState`` in ``argnums`` selects the
-state to differentiate."""
+"""``grad``, ``value_and_grad``, ``vjp`` and ``jvp`` over modules; ``DiffState`` in
+``argnums`` selects the state to differentiate."""
 
 import dataclasses
 import functools
@@ -12,7 +12,7 @@ from ._errors import TransformError, require_callable
 from ._filters import Filter, FilterLike, check_collections, to_filter
 from ._pack import pack, unpack
 from ._partition import State, partition
-from ._tree import is_inexact_array
+from ._tree import is_array, is_inexact_array
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,43 +61,82 @@ class _ValueAndGradFn(Protocol[P, _R_co]):
 # is typed like ``model``), a ``State`` (a ``DiffState``) or ``Any`` (anything else).
 @overload
 def value_and_grad(
-    fun: Callable[Concatenate[Any, P], R], *, argnums: Literal[0] = 0, has_aux: bool = False
+    fun: Callable[Concatenate[Any, P], R],
+    *,
+    argnums: Literal[0] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> "_ValueAndGradFn[P, R]": ...
 @overload
 def value_and_grad(
-    fun: Callable[P, R], *, argnums: DiffState, has_aux: bool = False
+    fun: Callable[P, R],
+    *,
+    argnums: DiffState,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[P, tuple[R, State]]: ...
 @overload
 def value_and_grad(
-    fun: Callable[P, R], *, argnums: _Argnums = 0, has_aux: bool = False
+    fun: Callable[P, R],
+    *,
+    argnums: _Argnums = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[P, tuple[R, Any]]: ...
 # (The decorator forms below "overlap" the general one only in how pyright compares
 # generic callables; the first matching overload is the one that applies.)
 @overload
 def value_and_grad(  # pyright: ignore[reportOverlappingOverload]
-    fun: None = None, *, argnums: Literal[0] = 0, has_aux: bool = False
+    fun: None = None,
+    *,
+    argnums: Literal[0] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[[Callable[Concatenate[Any, P], R]], "_ValueAndGradFn[P, R]"]: ...
 @overload
 def value_and_grad(
-    fun: None = None, *, argnums: DiffState, has_aux: bool = False
+    fun: None = None,
+    *,
+    argnums: DiffState,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[[Callable[P, R]], Callable[P, tuple[R, State]]]: ...
 @overload
 def value_and_grad(
-    fun: None = None, *, argnums: _Argnums = 0, has_aux: bool = False
+    fun: None = None,
+    *,
+    argnums: _Argnums = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[[Callable[P, R]], Callable[P, tuple[R, Any]]]: ...
 def value_and_grad(
     fun: Callable[..., Any] | None = None,
     *,
     argnums: _Argnums = 0,
     has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Any:
-    """``jax.value_and_grad`` over modules. See ``grad`` for ``argnums``.
+    """``jax.value_and_grad`` over modules. See ``grad`` for ``argnums``,
+    ``holomorphic`` and ``allow_int``.
 
     Returns ``(value, grads)`` where ``value`` is what ``fun`` returns (``(loss, aux)``
     with ``has_aux``); the types follow ``fun``'s as for ``grad``.
     """
     if fun is None:
-        return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux)
+        return functools.partial(
+            value_and_grad,
+            argnums=argnums,
+            has_aux=has_aux,
+            holomorphic=holomorphic,
+            allow_int=allow_int,
+        )
     require_callable(fun, "value_and_grad")
     single = not isinstance(argnums, (tuple, list))
     specs = [argnums] if single else list(cast(Sequence[Any], argnums))
@@ -136,7 +175,7 @@ def value_and_grad(
                 if (
                     path[0] == argnum % len(args)
                     and filt(path[1:], value_of[slot])
-                    and is_inexact_array(arrays[i])
+                    and (is_inexact_array(arrays[i]) or (allow_int and is_array(arrays[i])))
                 ):
                     chosen.append((i, k))
                     break
@@ -147,7 +186,9 @@ def value_and_grad(
                 full[i] = x
             return fun_(*unpack(skel, full), **kwargs)
 
-        value, grads = jax.value_and_grad(f, has_aux=has_aux)([arrays[i] for i, _ in chosen])
+        value, grads = jax.value_and_grad(
+            f, has_aux=has_aux, holomorphic=holomorphic, allow_int=allow_int
+        )([arrays[i] for i, _ in chosen])
         results = []
         for k, (argnum, filt, as_state) in enumerate(norm):
             full: list[Any] = [None] * len(arrays)
@@ -178,6 +219,8 @@ def grad(
     *,
     argnums: Literal[0] = 0,
     has_aux: Literal[False] = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> "_GradFn[P]": ...
 @overload
 def grad(
@@ -185,44 +228,88 @@ def grad(
     *,
     argnums: Literal[0] = 0,
     has_aux: Literal[True],
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> "_GradAuxFn[P, A]": ...
 @overload
 def grad(
-    fun: Callable[P, Any], *, argnums: DiffState, has_aux: Literal[False] = False
+    fun: Callable[P, Any],
+    *,
+    argnums: DiffState,
+    has_aux: Literal[False] = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[P, State]: ...
 @overload
 def grad(
-    fun: Callable[P, tuple[Any, A]], *, argnums: DiffState, has_aux: Literal[True]
+    fun: Callable[P, tuple[Any, A]],
+    *,
+    argnums: DiffState,
+    has_aux: Literal[True],
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[P, tuple[State, A]]: ...
 @overload
 def grad(
-    fun: Callable[P, Any], *, argnums: _Argnums = 0, has_aux: bool = False
+    fun: Callable[P, Any],
+    *,
+    argnums: _Argnums = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[P, Any]: ...
 @overload
 def grad(  # pyright: ignore[reportOverlappingOverload]
-    fun: None = None, *, argnums: Literal[0] = 0, has_aux: Literal[False] = False
+    fun: None = None,
+    *,
+    argnums: Literal[0] = 0,
+    has_aux: Literal[False] = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[[Callable[Concatenate[Any, P], Any]], "_GradFn[P]"]: ...
 @overload
 def grad(
-    fun: None = None, *, argnums: Literal[0] = 0, has_aux: Literal[True]
+    fun: None = None,
+    *,
+    argnums: Literal[0] = 0,
+    has_aux: Literal[True],
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[[Callable[Concatenate[Any, P], tuple[Any, A]]], "_GradAuxFn[P, A]"]: ...
 @overload
 def grad(
-    fun: None = None, *, argnums: DiffState, has_aux: Literal[False] = False
+    fun: None = None,
+    *,
+    argnums: DiffState,
+    has_aux: Literal[False] = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[[Callable[P, Any]], Callable[P, State]]: ...
 @overload
 def grad(
-    fun: None = None, *, argnums: DiffState, has_aux: Literal[True]
+    fun: None = None,
+    *,
+    argnums: DiffState,
+    has_aux: Literal[True],
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[[Callable[P, tuple[Any, A]]], Callable[P, tuple[State, A]]]: ...
 @overload
 def grad(
-    fun: None = None, *, argnums: _Argnums = 0, has_aux: bool = False
+    fun: None = None,
+    *,
+    argnums: _Argnums = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable[[Callable[P, Any]], Callable[P, Any]]: ...
 def grad(
     fun: Callable[..., Any] | None = None,
     *,
     argnums: _Argnums = 0,
     has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Any:
     """``jax.grad`` over modules.
 
@@ -234,6 +321,10 @@ def grad(
       ``DiffState(argnum, filter)`` (gradient of the selected state, as a nested dict like
       ``pytreemod.state(arg, filter)``), or a tuple of these (a tuple of gradients).
     - ``has_aux``: ``fun`` returns ``(value, aux)``; then ``(grads, aux)`` is returned.
+    - ``holomorphic``: ``fun`` is holomorphic in complex inputs (``jax.grad``'s option).
+    - ``allow_int``: integer arrays of the differentiated arguments are differentiated
+      too, with ``float0`` gradients (``jax.grad``'s option); without it they are not
+      differentiated and their gradient is ``None``.
 
     Only floating-point arrays are differentiated. A Variable shared by several places
     (tied weights) gets one gradient, the sum over its uses. If the places are in
@@ -245,9 +336,13 @@ def grad(
     it is a ``State``; the wrapper keeps ``fun``'s parameters.
     """
     if fun is None:
-        return functools.partial(grad, argnums=argnums, has_aux=has_aux)
+        return functools.partial(
+            grad, argnums=argnums, has_aux=has_aux, holomorphic=holomorphic, allow_int=allow_int
+        )
     require_callable(fun, "grad")
-    vg = value_and_grad(fun, argnums=argnums, has_aux=has_aux)
+    vg = value_and_grad(
+        fun, argnums=argnums, has_aux=has_aux, holomorphic=holomorphic, allow_int=allow_int
+    )
 
     @functools.wraps(fun)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -255,3 +350,94 @@ def grad(
         return (grads, value[1]) if has_aux else grads
 
     return wrapper
+
+
+def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+    """``jax.vjp`` over modules: ``(out, vjp_fn)``, or ``(out, vjp_fn, aux)`` with
+    ``has_aux`` (``fun`` then returns ``(out, aux)``).
+
+    ``vjp_fn(cotangent)`` takes a cotangent shaped like ``out`` (a module of the same type
+    holding cotangents for a module) and returns a tuple with one cotangent per primal,
+    shaped like it. Every array is differentiated, as in ``jax.vjp`` (an integer array's
+    cotangent is ``float0``); non-array leaves are static and come back as they are.
+    """
+    require_callable(fun, "vjp")
+    skel, arrays, _ = pack(primals)
+    cell: dict[str, Any] = {}
+
+    def f(arrays: list[Any]) -> Any:
+        out = fun(*unpack(skel, arrays))
+        aux = None
+        if has_aux:
+            out, aux = _out_and_aux("vjp", out)
+        oskel, oarrays, _ = pack(out)
+        cell["out"] = oskel
+        return (oarrays, aux) if has_aux else oarrays
+
+    if has_aux:
+        out_arrays, pullback, aux = jax.vjp(f, arrays, has_aux=True)
+    else:
+        (out_arrays, pullback), aux = jax.vjp(f, arrays), None
+    oskel = cell["out"]
+
+    def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+        cskel, carrays, _ = pack(cotangent)
+        if cskel != oskel:
+            raise TransformError(
+                f"vjp: the cotangent has the structure {cskel.structure.treedef} but the "
+                f"output has {oskel.structure.treedef}; pass a cotangent shaped like the "
+                "output (the same modules, variables and static fields)."
+            )
+        (grads,) = pullback(carrays)
+        return unpack(skel, grads)
+
+    out = unpack(oskel, out_arrays)
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def jvp(
+    fun: Callable[..., Any],
+    primals: Sequence[Any],
+    tangents: Sequence[Any],
+    *,
+    has_aux: bool = False,
+) -> Any:
+    """``jax.jvp`` over modules: ``(out, tangent_out)``, or ``(out, tangent_out, aux)``
+    with ``has_aux``. ``tangents`` has the structure of ``primals`` (a module of the same
+    type holding tangents for a module); ``tangent_out`` has the structure of ``out``."""
+    require_callable(fun, "jvp")
+    pskel, parrays, _ = pack(tuple(primals))
+    tskel, tarrays, _ = pack(tuple(tangents))
+    if pskel != tskel:
+        raise TransformError(
+            f"jvp: the tangents have the structure {tskel.structure.treedef} but the primals "
+            f"have {pskel.structure.treedef}; pass tangents shaped like the primals (the "
+            "same modules, variables and static fields)."
+        )
+    cell: dict[str, Any] = {}
+
+    def f(arrays: list[Any]) -> Any:
+        out = fun(*unpack(pskel, arrays))
+        aux = None
+        if has_aux:
+            out, aux = _out_and_aux("jvp", out)
+        oskel, oarrays, _ = pack(out)
+        cell["out"] = oskel
+        return (oarrays, aux) if has_aux else oarrays
+
+    if has_aux:
+        out_arrays, tangent_arrays, aux = jax.jvp(f, (parrays,), (tarrays,), has_aux=True)
+    else:
+        (out_arrays, tangent_arrays), aux = jax.jvp(f, (parrays,), (tarrays,)), None
+    oskel = cell["out"]
+    out, tangent_out = unpack(oskel, out_arrays), unpack(oskel, tangent_arrays)
+    return (out, tangent_out, aux) if has_aux else (out, tangent_out)
+
+
+def _out_and_aux(name: str, out: Any) -> tuple[Any, Any]:
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TransformError(
+            f"{name}: has_aux=True needs the function to return a pair (out, aux), got "
+            f"{type(out).__name__}."
+        )
+    return out[0], out[1]

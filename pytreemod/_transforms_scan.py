@@ -1,5 +1,5 @@
 """``scan`` over modules (scan over layers): ``Carry``, an int axis, ``None`` or ``StateAxes``
-per positional argument.
+per positional argument. ``_cached_body`` keeps one body per argument structure.
 
 One call runs in steps, each a function below: ``_plan`` resolves the mode of every array
 of the arguments (carried, scanned along an axis, broadcast), removes the scanned axis
@@ -116,6 +116,7 @@ class _Options:
     reverse: bool
     unroll: int | bool
     params: Mapping[Any, Any]
+    split_transpose: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,17 +287,51 @@ def _check_scanned_axes(xs: list[Any]) -> None:
         )
 
 
-def _run(fun: Callable[..., Any], args: tuple[Any, ...], opts: _Options) -> Any:
+_Cache = dict[Any, tuple[Callable[[list[Any], list[Any]], Any], dict[str, Any]]]
+_CACHE_SIZE = 32
+
+
+def _cached_body(
+    fun: Callable[..., Any], plan: _Plan, opts: _Options, cache: _Cache
+) -> tuple[Callable[[list[Any], list[Any]], Any], dict[str, Any]]:
+    """The body ``jax.lax.scan`` iterates and the cell it leaves the outputs' skeleton in.
+
+    When every array is carried or scanned (none is closed over), the body depends only on
+    the arguments' skeleton, so one body per skeleton is kept: JAX then finds its traced
+    loop in its own cache and a scan called again on the same structure is not traced (nor,
+    outside ``jit``, compiled) again."""
+    if len(plan.carry_idx) + len(plan.xs_idx) != len(plan.arrays):
+        cell: dict[str, Any] = {}
+        return _make_body(fun, plan, opts, cell), cell
+    key = (plan.skel, tuple(plan.carry_idx), tuple(plan.xs_idx))
+    try:
+        found = cache.get(key)
+    except TypeError:  # an unhashable static leaf: no caching
+        cell = {}
+        return _make_body(fun, plan, opts, cell), cell
+    if found is None:
+        # The body keeps the skeleton only, not this call's arrays.
+        bare = dataclasses.replace(plan, args=(), arrays=[None] * len(plan.arrays), xs=[])
+        cell = {}
+        found = (_make_body(fun, bare, opts, cell), cell)
+        if len(cache) >= _CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[key] = found
+    return found
+
+
+def _run(fun: Callable[..., Any], args: tuple[Any, ...], opts: _Options, cache: _Cache) -> Any:
     plan = _plan(fun, args, opts)
     _check_scanned_axes(plan.xs)
-    cell: dict[str, Any] = {}
+    body, cell = _cached_body(fun, plan, opts, cache)
     final, (ys, state_ys) = jax.lax.scan(
-        _make_body(fun, plan, opts, cell),
+        body,
         [plan.arrays[i] for i in plan.carry_idx],
         plan.xs,
         length=plan.length,
         reverse=opts.reverse,
         unroll=opts.unroll,
+        _split_transpose=opts.split_transpose,
     )
     yskel, yaxis = cell["ys"]
     out = _stacked_outputs(yskel, yaxis, ys, opts.params)
@@ -349,6 +384,7 @@ def scan(
     reverse: bool = False,
     unroll: int | bool = 1,
     metadata_params: Mapping[Any, Any] | None = None,
+    split_transpose: bool = False,
 ) -> Callable[P, R]: ...
 @overload
 def scan(
@@ -360,6 +396,7 @@ def scan(
     reverse: bool = False,
     unroll: int | bool = 1,
     metadata_params: Mapping[Any, Any] | None = None,
+    split_transpose: bool = False,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def scan(
     fun: Callable[..., Any] | None = None,
@@ -370,6 +407,7 @@ def scan(
     reverse: bool = False,
     unroll: int | bool = 1,
     metadata_params: Mapping[Any, Any] | None = None,
+    split_transpose: bool = False,
 ) -> Any:
     """``jax.lax.scan`` with JAX-style axes over modules (scan over layers).
 
@@ -398,6 +436,15 @@ def scan(
     the stacked value) and boxes in stacked outputs ``add_axis(axis, metadata_params)``
     after it.
 
+    When no array is broadcast (``None``), the wrapper keeps one loop body per structure
+    of its arguments, so calling it again on the same structure (and shapes) does not
+    trace ``fun`` again, nor compile the loop again outside ``jit``; as with
+    ``jax.lax.scan``, Python state ``fun`` reads while tracing is read once.
+
+    ``length``, ``reverse`` and ``unroll`` are ``jax.lax.scan``'s; ``split_transpose``
+    is its ``_split_transpose`` (an experimental option: the backward pass of the scan is
+    split in two loops, one for the carry's cotangents and one for the rest).
+
     Typing: the scanned function has ``fun``'s parameters and return type (stacked
     outputs gain an axis the types do not show). Arguments are positional only.
     """
@@ -410,13 +457,16 @@ def scan(
             reverse=reverse,
             unroll=unroll,
             metadata_params=metadata_params,
+            split_transpose=split_transpose,
         )
     require_callable(fun, "scan")
-    opts = _Options(in_axes, out_axes, length, reverse, unroll, dict(metadata_params or {}))
+    params = dict(metadata_params or {})
+    opts = _Options(in_axes, out_axes, length, reverse, unroll, params, split_transpose)
     fun_ = fun
+    cache: _Cache = {}
 
     @functools.wraps(fun)
     def wrapper(*args: Any) -> Any:
-        return _run(fun_, args, opts)
+        return _run(fun_, args, opts, cache)
 
     return wrapper

@@ -1,8 +1,9 @@
 """``nnx.while_loop``, ``nnx.fori_loop`` and ``nnx.transform_metadata``.
 
-The loops carry the whole lowered loop state (see ``_iteration_lift``); the body must
-return the graph nodes it received (the same objects, with the same Variables), and the
-caller's objects hold the final state afterwards.
+The loops are ``pm.while_loop`` and ``pm.fori_loop`` carrying the whole lowered loop state
+(see ``_iteration_lift``), its Python numbers as arrays (JAX traces them; pytreemod would
+keep them static). The body must return the graph nodes it received (the same objects,
+with the same Variables), and the caller's objects hold the final state afterwards.
 """
 
 import functools
@@ -11,6 +12,8 @@ from typing import Any, TypeVar
 
 import jax
 
+import pytreemod as pm
+
 from .. import graphlib
 from ..extract import sort_attributes
 from ..statelib import State
@@ -18,6 +21,7 @@ from ._iteration_axes import check_prefix, is_node
 from ._iteration_lift import Lowered, Split, lower, metadata_hook, split_nodes, write_back
 from ._iteration_map import check_inputs, default_mode, resolve_kwargs
 from ._iteration_scan import carried_values, check_same_nodes, check_variables_kept
+from .general import trace_numbers
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,7 +39,7 @@ class _Loop:
         self.split, self.values = split_nodes(self.low.nodes, self.low.prefixes)
 
     def init(self) -> tuple[list[Any], list[Any]]:
-        return list(self.values), list(self.low.plain)
+        return trace_numbers((list(self.values), list(self.low.plain)))
 
     def enter(self, carry: tuple[list[Any], list[Any]]) -> tuple[Any, tuple[Any, ...], list[Any]]:
         values, plain = carry
@@ -62,7 +66,7 @@ class _Loop:
         plain = [
             leaf for leaf in jax.tree_util.tree_leaves(out, is_leaf=is_node) if not is_node(leaf)
         ]
-        return carried, plain
+        return trace_numbers((carried, plain))
 
     def finish(self, carry: tuple[list[Any], list[Any]]) -> Any:
         values, plain = carry
@@ -78,8 +82,9 @@ def while_loop(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> T:
-    """Reference-aware ``jax.lax.while_loop``: Modules and Variables in ``init_val`` are
-    loop state, updated in place when the loop ends. ``body_fun`` must return the same
+    """Reference-aware ``jax.lax.while_loop`` (``pm.while_loop`` on the lowered state):
+    Modules and Variables in ``init_val`` are loop state, updated in place when the loop
+    ends. ``body_fun`` must return the same
     objects (and Variables) it receives, in the same structure."""
     graph, graph_updates = default_mode(graph, graph_updates)
     loop = _Loop("while_loop", graph, graph_updates, init_val)
@@ -91,7 +96,7 @@ def while_loop(
         val, nodes, pairs = loop.enter(carry)
         return loop.leave(val, body_fun(val), nodes, pairs)
 
-    return loop.finish(jax.lax.while_loop(cond, body, loop.init()))
+    return loop.finish(pm.while_loop(cond, body, loop.init()))
 
 
 def fori_loop(
@@ -104,8 +109,9 @@ def fori_loop(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> T:
-    """Reference-aware ``jax.lax.fori_loop``: ``body_fun(i, val)`` for ``i`` in
-    ``range(lower, upper)``, with ``while_loop``'s rules for the loop state."""
+    """Reference-aware ``jax.lax.fori_loop`` (``pm.fori_loop`` on the lowered state):
+    ``body_fun(i, val)`` for ``i`` in ``range(lower, upper)``, with ``while_loop``'s
+    rules for the loop state."""
     graph, graph_updates = default_mode(graph, graph_updates)
     loop = _Loop("fori_loop", graph, graph_updates, init_val)
 
@@ -113,7 +119,7 @@ def fori_loop(
         val, nodes, pairs = loop.enter(carry)
         return loop.leave(val, body_fun(i, val), nodes, pairs)
 
-    return loop.finish(jax.lax.fori_loop(lower, upper, body, loop.init(), unroll=unroll))
+    return loop.finish(pm.fori_loop(lower, upper, body, loop.init(), unroll=unroll))
 
 
 def transform_metadata(

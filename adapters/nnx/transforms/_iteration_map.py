@@ -1,9 +1,13 @@
-"""``nnx.vmap`` and ``nnx.pmap``: ``jax.vmap``/``jax.pmap`` over the lowered graph state.
+"""``nnx.vmap`` and ``nnx.pmap``: ``pm.vmap``/``pm.pmap`` over the lowered graph state.
 
 The state of every graph node in the arguments is lowered to flat arrays, one axis each
 (see ``_iteration_lift``); the mapped function merges fresh objects from them, runs the
 user function, and returns the nodes' new state with the outputs. The outputs are grouped
-by axis, so the axes JAX needs up front are the distinct axes of the specs.
+by axis, so the axes the transform needs up front are the distinct axes of the specs; an
+output's name holds its path, so JAX's "got axis spec None but output was batched" error
+(which ``pm.vmap`` lets name the output by key) says which Variable it was. ``pmap``'s
+donated arguments' state is its own argument of the mapped function, donated to
+``pm.pmap``; its static arguments stay out of the lowering.
 """
 
 import functools
@@ -12,6 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+
+import pytreemod as pm
 
 from .. import graphlib
 from ..extract import sort_attributes
@@ -28,6 +34,7 @@ from ._iteration_lift import (
     split_nodes,
     write_back,
 )
+from .general import trace_numbers, traced
 
 
 def default_mode(graph: bool | None, graph_updates: bool | None) -> tuple[bool, bool]:
@@ -175,6 +182,11 @@ def check_inputs(fn_name: str, graph: bool, args: Any, in_axes: Any) -> None:
         check_no_duplicates(fn_name, [("args", occurrences)])
 
 
+def _head(path: Any) -> Any:
+    """The positional argument a lowered key path starts in."""
+    return getattr(path[0], "idx", None) if path else None
+
+
 def map_call(
     mapper: Callable[..., Callable[..., Any]],
     fn_name: str,
@@ -186,8 +198,11 @@ def map_call(
     graph: bool,
     graph_updates: bool,
     transform_metadata: Any,
+    donated: frozenset[int] = frozenset(),
 ) -> Any:
-    """Run ``f`` under ``mapper(fn, in_axes=, out_axes=)`` (vmap or pmap) on lowered state."""
+    """Run ``f`` under ``mapper(fn, in_axes=, out_axes=, donate_argnums=)`` (``pm.vmap``
+    or ``pm.pmap``) on lowered state; the state and plain values of the arguments at
+    ``donated`` positions are the mapped function's donated (second and fourth) arguments."""
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
     check_inputs(fn_name, graph, args, in_axes)
@@ -196,12 +211,19 @@ def map_call(
         sort_attributes(low.nodes)
     split, values = split_nodes(low.nodes, low.prefixes)
     mapped = [i for i, a in enumerate(low.plain_axes) if a is not None]
+    don_nodes = {i for i, p in enumerate(low.paths) if _head(p) in donated}
+    value_don = [e.path[0] in don_nodes for e in split.entries for _ in range(e.count)]
+    plain_don = [_head(low.plain_paths[i]) in donated for i in mapped]
     known = spec_axes(in_axes, out_axes)
     remove = metadata_hook(transform_metadata, add=False)
     add = metadata_hook(transform_metadata, add=True)
     record: dict[str, Any] = {}
 
-    def pure(state_values: list[Any], plain_values: list[Any]) -> tuple[dict[str, Any], ...]:
+    def pure(
+        values_kept: list[Any], values_don: list[Any], plain_kept: list[Any], plain_don_: list[Any]
+    ) -> tuple[dict[str, Any], ...]:
+        state_values = _interleave(value_don, values_kept, values_don)
+        plain_values = _interleave(plain_don, plain_kept, plain_don_)
         plain = list(low.plain)
         for i, v in zip(mapped, plain_values, strict=True):
             plain[i] = v
@@ -217,11 +239,18 @@ def map_call(
         record.update(after=after, out_low=out_low, out_split=out_split, axes=axes, names=names)
         return group(after_values + out_values + list(out_low.plain), axes, names, known)
 
+    value_axes = split.axes()
+    plain_axes = [low.plain_axes[i] for i in mapped]
+    plain_values = [low.plain[i] for i in mapped]
     groups = mapper(
         pure,
-        in_axes=(split.axes(), [low.plain_axes[i] for i in mapped]),
+        in_axes=(
+            *_partition(value_don, value_axes),
+            *_partition(plain_don, plain_axes),
+        ),
         out_axes=tuple(known),
-    )(values, [low.plain[i] for i in mapped])
+        donate_argnums=(1, 3) if any(value_don) or any(plain_don) else (),
+    )(*_partition(value_don, values), *_partition(plain_don, plain_values))
     flat = ungroup(groups, record["axes"], record["names"], known)
     after: Split = record["after"]
     out_split: Split = record["out_split"]
@@ -237,23 +266,54 @@ def map_call(
     )
 
 
+def _partition(mask: Sequence[bool], items: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """``items`` split into (those where ``mask`` is false, those where it is true)."""
+    kept = [x for m, x in zip(mask, items, strict=True) if not m]
+    gave = [x for m, x in zip(mask, items, strict=True) if m]
+    return kept, gave
+
+
+def _interleave(mask: Sequence[bool], kept: Sequence[Any], gave: Sequence[Any]) -> list[Any]:
+    """The inverse of ``_partition``."""
+    it_k, it_g = iter(kept), iter(gave)
+    return [next(it_g) if m else next(it_k) for m in mask]
+
+
 def vmap_mapper(axis_name: Any, axis_size: int | None, spmd_axis_name: Any) -> Callable[..., Any]:
-    def mapper(fn: Callable[..., Any], *, in_axes: Any, out_axes: Any) -> Callable[..., Any]:
-        return jax.vmap(
-            fn,
+    """``pm.vmap`` on the lowered state: numbers among the mapped values and the outputs
+    are arrays (JAX's semantics: a number is mapped, or broadcast as an output)."""
+
+    def mapper(
+        fn: Callable[..., Any], *, in_axes: Any, out_axes: Any, donate_argnums: Any
+    ) -> Callable[..., Any]:
+        del donate_argnums  # nothing to donate without a compilation
+        mapped = pm.vmap(
+            traced(fn),
             in_axes=in_axes,
             out_axes=out_axes,
             axis_name=axis_name,
             axis_size=axis_size,
             spmd_axis_name=spmd_axis_name,
         )
+        return lambda *args: mapped(*trace_numbers(args))
 
     return mapper
 
 
 def pmap_mapper(**options: Any) -> Callable[..., Any]:
-    def mapper(fn: Callable[..., Any], *, in_axes: Any, out_axes: Any) -> Callable[..., Any]:
-        return jax.pmap(fn, in_axes=in_axes, out_axes=out_axes, **options)
+    """``pm.pmap`` on the lowered state, numbers as arrays as for ``vmap``."""
+
+    def mapper(
+        fn: Callable[..., Any], *, in_axes: Any, out_axes: Any, donate_argnums: Any
+    ) -> Callable[..., Any]:
+        mapped = pm.pmap(
+            traced(fn),
+            in_axes=in_axes,
+            out_axes=out_axes,
+            donate_argnums=donate_argnums,
+            **options,
+        )
+        return lambda *args: mapped(*trace_numbers(args))
 
     return mapper
 
@@ -268,25 +328,52 @@ def make_mapped(
     graph: bool,
     graph_updates: bool,
     transform_metadata: Any,
+    static_argnums: tuple[int, ...] = (),
+    donate_argnums: tuple[int, ...] = (),
 ) -> Callable[..., Any]:
-    """The wrapper ``nnx.vmap``/``nnx.pmap`` return."""
+    """The wrapper ``nnx.vmap``/``nnx.pmap`` return. The arguments at ``static_argnums``
+    reach ``f`` as they are (not lowered, not traced; their ``in_axes`` entry is ignored);
+    those at ``donate_argnums`` have their lowered state donated."""
     reject_bound_method(f, fn_name)
     check_prefix(in_axes, "in_axes", fn_name, graph, graph_updates)
     check_prefix(out_axes, "out_axes", fn_name, graph, graph_updates)
+    if set(static_argnums) & set(donate_argnums):
+        raise ValueError(
+            f"nnx.{fn_name}: argument(s) {sorted(set(static_argnums) & set(donate_argnums))} "
+            "are both in static_broadcasted_argnums and donate_argnums; a static argument "
+            "cannot be donated."
+        )
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         call_args = resolve_kwargs(f, args, kwargs)
+        n = len(call_args)
+        fixed = {i % n: call_args[i] for i in static_argnums if -n <= i < n}
+        fn, axes = f, in_axes
+        if fixed:
+            dynamic = [i for i in range(n) if i not in fixed]
+
+            def fn(*dyn: Any) -> Any:
+                it = iter(dyn)
+                return f(*(fixed[i] if i in fixed else next(it) for i in range(n)))
+
+            if isinstance(in_axes, (tuple, list)) and len(in_axes) == n:
+                axes = tuple(in_axes[i] for i in dynamic)
+            call_args = tuple(call_args[i] for i in dynamic)
+            donated = frozenset(dynamic.index(i % n) for i in donate_argnums if -n <= i < n)
+        else:
+            donated = frozenset(i % n for i in donate_argnums if -n <= i < n)
         return map_call(
             mapper,
             fn_name,
-            f,
+            fn,
             call_args,
-            in_axes=in_axes,
+            in_axes=axes,
             out_axes=out_axes,
             graph=graph,
             graph_updates=graph_updates,
             transform_metadata=transform_metadata,
+            donated=donated,
         )
 
     return wrapper

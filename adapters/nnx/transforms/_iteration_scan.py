@@ -1,4 +1,7 @@
-"""``nnx.scan``: ``jax.lax.scan`` over the lowered graph state.
+"""``nnx.scan``: ``pm.scan`` over the lowered graph state.
+
+The lowered state is one ``(carry, xs) -> (carry, ys)`` function for ``pm.scan`` with
+``in_axes=(Carry, 0)``, its Python numbers as arrays (JAX traces them).
 
 State with axis ``Carry`` (the carry argument's) and ``None`` (broadcast: with graph
 updates the same value in every step, changes dropped; without, carried from step to
@@ -17,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pytreemod as pm
+
 from .. import graphlib
 from ..extract import sort_attributes
 from ..statelib import State
@@ -31,6 +36,7 @@ from ._iteration_map import (
     reject_bound_method,
     resolve_kwargs,
 )
+from .general import trace_numbers, traced
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -279,7 +285,7 @@ def _make_body(f: Callable[..., Any], spec: Any, opts: dict[str, Any]) -> Callab
     return body
 
 
-def _run(body: Callable[..., Any], args: tuple[Any, ...], spec: Any, opts: dict[str, Any]) -> Any:
+def _run(args: tuple[Any, ...], spec: Any, opts: dict[str, Any]) -> Any:
     low = lower(args, spec)
     if opts["graph"] and opts["graph_updates"]:
         sort_attributes(low.nodes)
@@ -299,14 +305,8 @@ def _run(body: Callable[..., Any], args: tuple[Any, ...], spec: Any, opts: dict[
             True,
         ),
     )
-    (_, state_carry, plain_carry, _), (scanned, ys_values, ys_plain, record) = jax.lax.scan(
-        body,
-        carry,
-        xs,
-        length=opts["length"],
-        reverse=opts["reverse"],
-        unroll=opts["unroll"],
-        _split_transpose=opts["_split_transpose"],
+    (_, state_carry, plain_carry, _), (scanned, ys_values, ys_plain, record) = opts["scan"](
+        trace_numbers(carry), trace_numbers(xs)
     )
     scanned_entries, ys_low, ys_split, after_graphdef = record.value
     scanned = _moved(scanned, [e.axis for e in scanned_entries for _ in range(e.count)], False)
@@ -406,7 +406,16 @@ def scan(
         "add": metadata_hook(transform_metadata, add=True),
     }
 
-    body = _make_body(f, spec, opts)
+    # One pm.scan per scanned function: (carry, xs) -> (carry, ys) over the lowered state.
+    opts["scan"] = pm.scan(
+        traced(_make_body(f, spec, opts)),
+        in_axes=(pm.Carry, 0),
+        out_axes=(pm.Carry, 0),
+        length=length,
+        reverse=reverse,
+        unroll=unroll,
+        split_transpose=_split_transpose,
+    )
 
     @functools.wraps(f)
     def scan_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -417,6 +426,6 @@ def scan(
                 f"got {len(call_args)} arguments."
             )
         check_inputs("scan", graph, call_args, spec)
-        return _run(body, call_args, spec, opts)
+        return _run(call_args, spec, opts)
 
     return scan_wrapper

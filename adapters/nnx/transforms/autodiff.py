@@ -8,9 +8,14 @@ floating-point Variable is differentiated and the gradient is a Module of gradie
 ``jax.grad`` of a pytree. In every mode other changes the function makes to its
 arguments (batch statistics, RNG counts) are applied to the caller's objects.
 
-The JAX transforms run on the lowered state (``extract``): ``pm.grad``'s ``DiffState``
-selects by pytreemod filters over immutable modules, while NNX differentiates slots of a
-mutable graph, so ``jax.value_and_grad`` is used on the slots directly.
+``grad``/``value_and_grad`` are ``pm.value_and_grad`` and ``remat`` is ``pm.remat``, on
+the lowered state (``extract``), the object graph split before and merged after. NNX's
+``DiffState`` is applied while lowering (the selected state is its own group of the
+node's slot), so pytreemod differentiates whole lowered arguments, each handed over as
+its leaves (``general.flat_leaves``: an NNX Variable keeps its metadata in the treedef).
+``vjp``/``jvp`` are ``pm.vjp``/``pm.jvp`` over the lowered primals' leaves;
+``custom_vjp`` has no pytreemod counterpart and uses ``jax.custom_vjp`` on the lowered
+state the same way.
 """
 
 import dataclasses
@@ -21,11 +26,23 @@ from typing import Any, cast
 
 import jax
 
+import pytreemod as pm
+
 from .. import extract, filterlib, graphlib
 from ..extract import NodeSlot, PrefixMapping, check_prefix
 from ..statelib import State, to_flat_state
 from ..variablelib import Param, Variable
-from .general import Purify, check_unbound, lifted_call, resolve_kwargs
+from ._autodiff_linear import jvp as jvp
+from ._autodiff_linear import rebuild
+from ._autodiff_linear import vjp as vjp
+from .general import (
+    Purify,
+    check_unbound,
+    flat_leaves,
+    from_leaves,
+    lifted_call,
+    resolve_kwargs,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,26 +138,55 @@ def _grad_general(
             updates, _ = raised.lower_outputs(None)
             return out, (updates, None)
 
-        transform = jax.value_and_grad if return_value else jax.grad
         jax_argnums = tuple(i % n for i in positions)
-        result = transform(
-            pure,
-            argnums=jax_argnums[0] if single else jax_argnums,
-            has_aux=True,
-            holomorphic=holomorphic,
-            allow_int=allow_int,
-        )(*call_args, rest, pkwargs)
+        (loss, (updates, aux)), grads = _lowered_value_and_grad(
+            pure, call_args, (rest, pkwargs), jax_argnums, single, holomorphic, allow_int
+        )
+        aux = lowered.finish(updates, aux)
         if return_value:
-            (loss, (updates, aux)), grads = result
-            aux = lowered.finish(updates, aux)
             grads = _process_grads(grads, single, lowered, pargs, graph_updates)
             return ((loss, aux) if has_aux else loss), grads
-        grads, (updates, aux) = result
-        aux = lowered.finish(updates, aux)
         grads = _process_grads(grads, single, lowered, pargs, graph_updates)
         return (grads, aux) if has_aux else grads
 
     return wrapper
+
+
+def _lowered_value_and_grad(
+    pure: Callable[..., Any],
+    call_args: Sequence[Any],
+    extra: tuple[Any, ...],
+    argnums: tuple[int, ...],
+    single: bool,
+    holomorphic: bool,
+    allow_int: bool,
+) -> tuple[Any, Any]:
+    """``pm.value_and_grad(pure, has_aux=True)(*call_args, *extra)`` in the lowered
+    arguments at ``argnums``: each reaches pytreemod as the list of its leaves (an NNX
+    Variable's metadata stays in its treedef), the rest as one list; the gradients come
+    back in the arguments' own structure, as ``jax.value_and_grad`` gives them."""
+    diff = [flat_leaves(call_args[i]) for i in argnums]
+    others = tuple(None if i in argnums else a for i, a in enumerate(call_args))
+    others_def, others_leaves = flat_leaves((others, extra))
+
+    def g(*leaves: Any) -> Any:
+        *diff_leaves, rest_leaves = leaves
+        args, extra_in = others_def.unflatten(rest_leaves)
+        args = list(args)
+        for i, (treedef, _), values in zip(argnums, diff, diff_leaves):
+            args[i] = treedef.unflatten(values)
+        return pure(*args, *extra_in)
+
+    value, grads = pm.value_and_grad(
+        g,
+        argnums=0 if single else tuple(range(len(argnums))),
+        has_aux=True,
+        holomorphic=holomorphic,
+        allow_int=allow_int,
+    )(*(leaves for _, leaves in diff), others_leaves)
+    per_arg = (grads,) if single else grads
+    out = tuple(treedef.unflatten(gs) for (treedef, _), gs in zip(diff, per_arg))
+    return value, out[0] if single else out
 
 
 def _is_diffstate(argnums: Any, keypath: Any) -> bool:
@@ -184,27 +230,11 @@ def _process_grads(
                 return x.groups[0][0]
             return State.from_flat_path(dict(zip(x.info.paths[0], x.groups[0])))
         if not rebuilt:
-            rebuilt.append(_rebuild(tree, pargs))
+            rebuilt.append(rebuild(tree, pargs))
         return rebuilt[0][x.info.index]
 
     out = tuple(jax.tree.map(convert, g, is_leaf=extract.is_slot) for g in tree)
     return out[0] if single else out
-
-
-def _rebuild(grads: Any, pargs: Sequence[Any]) -> tuple[Any, ...]:
-    """All the call's nodes rebuilt jointly, holding gradients where there are some."""
-    joint: dict[Any, Any] = {}
-    graphdef = None
-    for tree in (pargs, grads):
-        for s in jax.tree.leaves(tree, is_leaf=extract.is_slot):
-            if not isinstance(s, NodeSlot):
-                continue
-            if s.info.graphdef is not None:
-                graphdef = s.info.graphdef
-            for paths, values in zip(s.info.paths, s.groups):
-                for path, value in zip(paths, values):
-                    joint[(s.info.index, *path)] = value
-    return tuple(graphlib.merge(graphdef, State.from_flat_path(joint)))
 
 
 def grad(
@@ -274,8 +304,9 @@ def remat(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Any:
-    """``jax.checkpoint`` over functions of Modules: intermediates are recomputed in the
-    backward pass; changes to the arguments are applied after the call."""
+    """``jax.checkpoint`` over functions of Modules (``pm.remat`` on the lowered
+    arguments): intermediates are recomputed in the backward pass; changes to the
+    arguments are applied after the call."""
     graph, updates = extract.resolve_modes(graph, graph_updates)
     if f is extract.Missing:
         return functools.partial(
@@ -289,10 +320,33 @@ def remat(
     check_unbound(f, "remat")
     fun = f
 
+    static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+
     def transform(purify: Purify) -> Callable[..., Any]:
-        return jax.checkpoint(
-            purify(fun), prevent_cse=prevent_cse, static_argnums=static_argnums, policy=policy
-        )
+        def call(*pargs: Any, **pkwargs: Any) -> Any:
+            # The static arguments stay as they are; the others reach pm.remat as leaves.
+            n = len(pargs)
+            fixed = {i % n: pargs[i] for i in static if -n <= i < n}
+            treedef, leaves = flat_leaves(
+                (tuple(a for i, a in enumerate(pargs) if i not in fixed), pkwargs)
+            )
+
+            def inner(leaves: list[Any], *statics: Any) -> Any:
+                dyn, kw = treedef.unflatten(leaves)
+                it_s, it_d = iter(statics), iter(dyn)
+                full = [next(it_s) if i in fixed else next(it_d) for i in range(n)]
+                return flat_leaves(purify(fun)(*full, **kw))
+
+            order = sorted(fixed)
+            remat = pm.remat(
+                inner,
+                prevent_cse=prevent_cse,
+                static_argnums=tuple(range(1, len(order) + 1)),
+                policy=policy,
+            )
+            return from_leaves(remat(leaves, *(fixed[i] for i in order)))
+
+        return call
 
     @functools.wraps(fun)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -301,103 +355,6 @@ def remat(
         )
 
     return wrapper
-
-
-def _no_graph_updates(name: str, graph: bool, updates: bool) -> None:
-    if graph and updates:
-        raise NotImplementedError(
-            f"graph-mode with graph_updates is not supported for nnx.{name}. "
-            "Set graph=False or graph_updates=False."
-        )
-
-
-def vjp(
-    f: Any = extract.Missing,
-    *primals: Any,
-    has_aux: bool = False,
-    reduce_axes: Sequence[Any] = (),
-    graph: bool | None = None,
-    graph_updates: bool | None = None,
-) -> Any:
-    """``jax.vjp`` over functions of Modules (``graph_updates=False`` or tree mode).
-
-    Returns ``(out, vjp_fn)`` (``(out, vjp_fn, aux)`` with ``has_aux``); ``vjp_fn(g)``
-    gives a cotangent per primal, a Module of cotangents for a Module.
-    """
-    graph, updates = extract.resolve_modes(graph, graph_updates)
-    _no_graph_updates("vjp", graph, updates)
-    if reduce_axes:
-        raise NotImplementedError("reduce_axes argument to vjp is deprecated")
-    if f is extract.Missing:
-        return functools.partial(vjp, has_aux=has_aux, graph=graph, graph_updates=False)
-    check_unbound(f, "vjp")
-    if not primals:
-        return functools.partial(vjp, f, has_aux=has_aux, graph=graph, graph_updates=False)
-    fun = f
-    pprimals, lowered = extract.lower(primals, graph=graph, graph_updates=False, name="vjp")
-
-    def pure(*pprimals: Any) -> Any:
-        args, raised = extract.raise_inputs(pprimals, graph=graph, graph_updates=False, name="vjp")
-        out = fun(*args)
-        out, aux = out if has_aux else (out, None)
-        changes, (out, aux) = raised.lower_outputs((out, aux))
-        return out, (changes, aux)
-
-    out, vjp_fn, (changes, aux) = jax.vjp(pure, *pprimals, has_aux=True)
-    out, aux = lowered.finish(changes, (out, aux))
-
-    def cotangents(g: Any) -> Any:
-        grads = vjp_fn(extract.lower_outputs(g))
-        return tuple(_rebuild_tree(x, pprimals) for x in grads)
-
-    return (out, cotangents, aux) if has_aux else (out, cotangents)
-
-
-def _rebuild_tree(grads: Any, pargs: Any) -> Any:
-    """``grads`` (a tree of slots of cotangents) with each slot rebuilt as its object."""
-    if not any(extract.is_slot(x) for x in jax.tree.leaves(grads, is_leaf=extract.is_slot)):
-        return grads
-    nodes = _rebuild(grads, pargs)
-    return jax.tree.map(
-        lambda x: nodes[x.info.index] if isinstance(x, NodeSlot) else x,
-        grads,
-        is_leaf=extract.is_slot,
-    )
-
-
-def jvp(
-    f: Any = extract.Missing,
-    primals: Any = extract.Missing,
-    tangents: Any = extract.Missing,
-    *,
-    has_aux: bool = False,
-    graph: bool | None = None,
-    graph_updates: bool | None = None,
-) -> Any:
-    """``jax.jvp`` over functions of Modules (``graph_updates=False`` or tree mode):
-    ``(out, tangent_out)`` (and ``aux`` with ``has_aux``); Module tangents are Modules."""
-    graph, updates = extract.resolve_modes(graph, graph_updates)
-    _no_graph_updates("jvp", graph, updates)
-    if f is extract.Missing:
-        return functools.partial(jvp, has_aux=has_aux, graph=graph, graph_updates=False)
-    check_unbound(f, "jvp")
-    if primals is extract.Missing or tangents is extract.Missing:
-        return functools.partial(jvp, f, has_aux=has_aux, graph=graph, graph_updates=False)
-    fun = f
-    pprimals, lowered = extract.lower(tuple(primals), graph=graph, graph_updates=False, name="jvp")
-    ptangents, _ = extract.lower(tuple(tangents), graph=graph, graph_updates=False, name="jvp")
-
-    def pure(*pprimals: Any) -> Any:
-        args, raised = extract.raise_inputs(pprimals, graph=graph, graph_updates=False, name="jvp")
-        out = fun(*args)
-        out, aux = out if has_aux else (out, None)
-        changes, out = raised.lower_outputs(out)
-        return (out, changes), aux
-
-    (out, changes), (tangent_out, _), aux = jax.jvp(pure, pprimals, ptangents, has_aux=True)
-    out = lowered.finish(changes, out)
-    tangent_out = extract.raise_outputs(tangent_out)
-    return (out, tangent_out, aux) if has_aux else (out, tangent_out)
 
 
 def _lower_each(args: tuple[Any, ...], graph: bool, name: str) -> tuple[list[Any], list[Any]]:

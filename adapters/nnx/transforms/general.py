@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
+import jax.numpy as jnp
 
 from .. import extract
 from ..graphlib import GraphNode
@@ -60,6 +61,45 @@ def resolve_kwargs(
     if bound.kwargs:
         raise ValueError(f"Keyword-only arguments are not supported, got {sorted(bound.kwargs)}.")
     return tuple(bound.args)
+
+
+def trace_numbers(tree: Any) -> Any:
+    """``tree`` with its Python numbers as (weakly typed) arrays.
+
+    JAX's transforms trace every leaf, Python numbers included; pytreemod's keep numbers
+    static. NNX's transforms are pytreemod transforms with JAX's semantics, so they hand
+    the lowered state to ``pm.*`` with its numbers already arrays (a ``while_loop``
+    counting down a float, a branch returning a constant)."""
+    return jax.tree.map(
+        lambda x: jnp.asarray(x) if isinstance(x, (bool, int, float, complex)) else x, tree
+    )
+
+
+def traced(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f`` returning ``trace_numbers`` of its result."""
+    return lambda *args, **kwargs: trace_numbers(f(*args, **kwargs))
+
+
+def flat_leaves(tree: Any) -> tuple[Any, list[Any]]:
+    """``(treedef, leaves)`` of a lowered tree, numbers as arrays.
+
+    A pytreemod transform rebuilds a Variable from its type and value alone, while an NNX
+    Variable's metadata lives in its pytree definition: NNX hands pytreemod the leaves, and
+    the treedef (a static leaf to pytreemod, compared like the rest of the structure)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, trace_numbers(leaves)
+
+
+def on_leaves(f: Callable[..., Any], treedef: Any) -> Callable[[list[Any]], Any]:
+    """``f`` (of the arguments ``treedef`` describes) as a function of their leaves,
+    returning ``flat_leaves`` of its result."""
+    return lambda leaves: flat_leaves(f(*treedef.unflatten(leaves)))
+
+
+def from_leaves(result: tuple[Any, list[Any]]) -> Any:
+    """The tree ``flat_leaves`` took apart."""
+    treedef, leaves = result
+    return treedef.unflatten(leaves)
 
 
 Purify = Callable[[Callable[..., Any]], Callable[..., Any]]

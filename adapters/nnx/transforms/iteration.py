@@ -1,19 +1,19 @@
 """NNX's iteration transforms: ``vmap``, ``pmap``, ``scan``, ``while_loop``, ``fori_loop``.
 
-Each is a JAX transform (``jax.vmap``, ``jax.pmap``, ``jax.lax.scan``,
-``jax.lax.while_loop``, ``jax.lax.fori_loop``) applied to the graph state of the arguments:
-the graph nodes are split together, their state travels through the transform as flat
-arrays with one axis each, and the caller's objects are updated in place afterwards (see
-``_iteration_lift``). ``in_axes``/``out_axes`` are JAX prefixes over the arguments, with
-``StateAxes({filter: axis})`` in place of an axis to give a node's substates different axes
-and ``Carry`` marking scan's loop state.
+Each is a pytreemod transform (``pm.vmap``, ``pm.pmap``, ``pm.scan``, ``pm.while_loop``,
+``pm.fori_loop``) plus the split/merge of the arguments' object graph: the graph nodes are
+split together, their state travels through the transform as flat arrays with one axis
+each, and the caller's objects are updated in place afterwards (see ``_iteration_lift``).
+``in_axes``/``out_axes`` are JAX prefixes over the arguments, with
+``StateAxes({filter: axis})`` in place of an axis to give a node's substates different
+axes and ``Carry`` marking scan's loop state; they are resolved to one axis per lowered
+array before the pytreemod transform sees them.
 
-pytreemod's ``pm.vmap``/``pm.scan``/``pm.while_loop`` are not used here: they treat Python
-numbers as static (NNX, like JAX, traces them: ``while_loop(..., (m, x, 3.0))`` counts
-down a traced float), ``pm.scan`` builds a new body per call (NNX's scan traces once per
-structure) and ``pm.vmap`` renames output paths (JAX's "got axis spec None but output was
-batched" error then no longer names the Variable). The split state is plain arrays, so the
-JAX transforms are applied to it directly.
+The lowered state keeps JAX's semantics: its Python numbers are arrays
+(``general.trace_numbers``; JAX traces them, pytreemod keeps them static), so
+``while_loop(..., (m, x, 3.0))`` counts down a traced float. ``nnx.scan`` makes one
+``pm.scan`` per scanned function, which keeps one traced body per structure: a scanned
+function called again on the same structure is not traced again.
 """
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -138,11 +138,13 @@ def pmap(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Any:
-    """Reference-aware ``jax.pmap``, with ``vmap``'s handling of Modules and axes.
+    """Reference-aware ``jax.pmap`` (``pm.pmap`` on the lowered state), with ``vmap``'s
+    handling of Modules and axes.
 
-    ``static_broadcasted_argnums`` and ``donate_argnums`` are accepted for signature
-    compatibility: arguments are lowered to arrays first, so every non-array leaf is
-    already static and nothing is donated.
+    ``static_broadcasted_argnums`` names arguments passed to ``f`` as they are, the same
+    on every device (not traced; their ``in_axes`` entry is ignored). ``donate_argnums``
+    names arguments whose arrays (a Module's Variables included) are donated to the
+    computation; the caller's Modules get the new values afterwards, as in Flax.
     """
     graph, graph_updates = default_mode(graph, graph_updates)
     if f is None:
@@ -172,4 +174,10 @@ def pmap(
         graph=graph,
         graph_updates=graph_updates,
         transform_metadata=transform_metadata,
+        static_argnums=_argnums(static_broadcasted_argnums),
+        donate_argnums=_argnums(donate_argnums),
     )
+
+
+def _argnums(argnums: int | Iterable[int]) -> tuple[int, ...]:
+    return (argnums,) if isinstance(argnums, int) else tuple(argnums)

@@ -1,9 +1,14 @@
 """``nnx.eval_shape``, ``cond``, ``switch``, ``checkify`` and ``make_jaxpr``.
 
-Each is the JAX function of the same name applied to a pure function of the lowered
-arguments (``general.lifted_call``): graph nodes keep their identity and the changes a
-branch makes to its operands are applied to the caller's objects. ``cond``/``switch``
-return every operand Variable from each branch so the branches' outputs agree.
+``eval_shape``, ``cond`` and ``switch`` are ``pm.eval_shape``/``pm.cond``/``pm.switch``
+applied to a pure function of the lowered arguments (``general.lifted_call``), the
+object graph split before and merged after: graph nodes keep their identity and the
+changes a branch makes to its operands are applied to the caller's objects.
+``cond``/``switch`` return every operand Variable from each branch so the branches'
+outputs agree. The lowered operands and results reach pytreemod as their leaves (NNX's
+Variable metadata stays in the treedef), Python numbers as arrays, as JAX traces them
+(``general.flat_leaves``). ``checkify`` is ``pm.checkify`` the same way; ``make_jaxpr``
+has no pytreemod counterpart and applies ``jax.make_jaxpr`` to the pure function.
 """
 
 import functools
@@ -13,8 +18,10 @@ from typing import Any, TypeVar
 import jax
 from jax.experimental import checkify as jax_checkify
 
+import pytreemod as pm
+
 from .. import extract, graphlib, spmd, variablelib
-from .general import Purify, check_unbound, lifted_call
+from .general import Purify, check_unbound, flat_leaves, from_leaves, lifted_call, on_leaves
 
 A = TypeVar("A")
 
@@ -47,7 +54,9 @@ def eval_shape(
         # Outputs never alias the (unchanged) inputs here: lower them on their own.
         return extract.lower_outputs(out)
 
-    out = extract.raise_outputs(jax.eval_shape(pure, *pargs, **pkwargs))
+    treedef, leaves = flat_leaves((pargs, pkwargs))
+    call = on_leaves(lambda a, k: pure(*a, **k), treedef)
+    out = extract.raise_outputs(from_leaves(pm.eval_shape(call, leaves)))
     if graph and updates:
         _attach_abstract_shardings(out)
     return out
@@ -83,7 +92,12 @@ def cond(
     graph, updates = extract.resolve_modes(graph, graph_updates)
 
     def transform(purify: Purify) -> Callable[..., Any]:
-        return lambda *ops: jax.lax.cond(pred, purify(true_fun), purify(false_fun), *ops)
+        def call(*ops: Any) -> Any:
+            treedef, leaves = flat_leaves(ops)
+            branches = on_leaves(purify(true_fun), treedef), on_leaves(purify(false_fun), treedef)
+            return from_leaves(pm.cond(pred, *branches, leaves))
+
+        return call
 
     return lifted_call(
         transform, operands, {}, graph=graph, graph_updates=updates, name="cond", keep_all=True
@@ -101,7 +115,12 @@ def switch(
     graph, updates = extract.resolve_modes(graph, graph_updates)
 
     def transform(purify: Purify) -> Callable[..., Any]:
-        return lambda *ops: jax.lax.switch(index, [purify(b) for b in branches], *ops)
+        def call(*ops: Any) -> Any:
+            treedef, leaves = flat_leaves(ops)
+            fns = [on_leaves(purify(b), treedef) for b in branches]
+            return from_leaves(pm.switch(index, fns, leaves))
+
+        return call
 
     return lifted_call(
         transform, operands, {}, graph=graph, graph_updates=updates, name="switch", keep_all=True
@@ -115,8 +134,8 @@ def checkify(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Any:
-    """``jax.experimental.checkify.checkify`` over functions of Modules: the wrapped
-    function returns ``(error, out)``."""
+    """``jax.experimental.checkify.checkify`` over functions of Modules (``pm.checkify``
+    on the lowered arguments): the wrapped function returns ``(error, out)``."""
     if f is extract.Missing:
         return functools.partial(checkify, errors=errors, graph=graph, graph_updates=graph_updates)
     check_unbound(f, "checkify")
@@ -129,9 +148,11 @@ def checkify(
 
         def transform(purify: Purify) -> Callable[..., Any]:
             def call(*pargs: Any, **pkwargs: Any) -> Any:
-                error, result = jax_checkify.checkify(purify(fun), errors=errors)(*pargs, **pkwargs)
+                treedef, leaves = flat_leaves((pargs, pkwargs))
+                pure = on_leaves(lambda a, k: purify(fun)(*a, **k), treedef)
+                error, result = pm.checkify(pure, errors=errors)(leaves)
                 errors_out.append(error)
-                return result
+                return from_leaves(result)
 
             return call
 
