@@ -1,7 +1,10 @@
 """Shared test configuration: strict JAX promotion rules and a key fixture."""
 
+import atexit
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 
 from tests.xla_env import xla_flags
@@ -20,6 +23,17 @@ from hypothesis import settings
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", max_examples=500, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+# XLA's persistent compilation cache, one per test process and removed at its exit: tests
+# compile the same programs again and again (a training loop built afresh per test, a model
+# compared under two libraries, a page of docs rebuilding a step), and a hit skips XLA's
+# compilation (tracing and lowering still run, so retrace checks see every trace). Each
+# process has its own folder: JAX's cache writes its files without a lock.
+_XLA_CACHE = tempfile.mkdtemp(prefix="pytreemod-tests-xla-")
+atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -4,6 +4,7 @@ module called, eagerly and under tracing, and costs nothing when nothing fails."
 from collections.abc import Callable
 from typing import Any
 
+import re
 import jax
 import jax.numpy as jnp
 import pytest
@@ -230,6 +231,14 @@ def test_nothing_is_looked_up_when_nothing_fails(
     assert calls  # the stub stands where the path is computed
 
 
+def _without_source_tables(hlo: str) -> str:
+    """Optimised HLO text without its tables of source locations and the references into
+    them: an executable loaded from XLA's compilation cache (the suite's conftest turns it
+    on) lists the same frames in another order."""
+    hlo = re.sub(r"\n(FileNames|FunctionNames|FileLocations|StackFrames)\n(.+\n)*", "\n", hlo)
+    return re.sub(r" stack_frame_id=\d+", "", hlo)
+
+
 def test_the_compiled_step_is_the_same_with_and_without_path_lookup(
     getkey: Key, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -242,7 +251,8 @@ def test_the_compiled_step_is_the_same_with_and_without_path_lookup(
 
     def compiled() -> tuple[str, str]:
         jaxpr = str(jax.make_jaxpr(jax.grad(step))(model, attn, x))
-        return jaxpr, str(jax.jit(jax.grad(step)).lower(model, attn, x).compile().as_text())
+        text = jax.jit(jax.grad(step)).lower(model, attn, x).compile().as_text()
+        return jaxpr, _without_source_tables(str(text))
 
     results = []
     for lookup in (True, False):  # one calling line: the programs' source locations agree
