@@ -49,7 +49,7 @@ dist: $(VENV)/.stamp-test
 
 pytest: $(VENV)/.stamp-test
 	$(COMPILE)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 --dist worksteal -q
 
 test: lint dist pytest
 

@@ -109,3 +109,14 @@ def test_python_calls_counts_the_functions_a_call_runs(
     bench.calls_table({"forward": {"outer": outer}}, ["outer", "missing"])
     out = capsys.readouterr().out
     assert "| missing | - |" in out and "| outer | " in out
+
+
+def test_thread_cpu_gives_each_contestant_a_ratio_to_raw(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tasks = {"forward": {bench.RAW: lambda: jnp.zeros(()), "other": lambda: jnp.ones(())}}
+    best = bench.thread_cpu(tasks["forward"], calls=2, rounds=2)
+    assert set(best) == {bench.RAW, "other"} and all(t >= 0 for t in best.values())
+    bench.thread_cpu_table(tasks, [bench.RAW, "other", "missing"], calls=2, rounds=2)
+    out = capsys.readouterr().out
+    assert "| missing | - |" in out and "| other | " in out and "x) |" in out

@@ -18,6 +18,7 @@ Objects nobody watches (the fresh ones built inside a trace) change freely witho
 invalidating anything; a watched object is forgotten when it dies.
 """
 
+import functools
 import weakref
 from collections.abc import Iterable
 
@@ -32,6 +33,12 @@ class _Counter:
         # id -> weak reference of each watched object; an entry leaves when its object
         # dies, so a new object that reuses the id is not mistaken for it.
         self.watched: dict[int, weakref.ref[object]] = {}
+
+    def forget(self, key: int, ref: "weakref.ref[object]") -> None:
+        """The weak reference's callback (a bound method: it needs no module global,
+        so it also runs while the interpreter shuts down)."""
+        if self.watched.get(key) is ref:
+            del self.watched[key]
 
 
 COUNTER = _Counter()
@@ -54,11 +61,6 @@ def touched(obj: object) -> None:
         COUNTER.epoch += 1
 
 
-def _forget(key: int, ref: "weakref.ref[object]") -> None:
-    if COUNTER.watched.get(key) is ref:
-        del COUNTER.watched[key]
-
-
 def watch(objects: Iterable[object]) -> bool:
     """Make changes to these objects move the epoch (while they live); False if one of
     them cannot be watched (it takes no weak reference)."""
@@ -68,7 +70,7 @@ def watch(objects: Iterable[object]) -> bool:
         ref = watched.get(key)
         if ref is None or ref() is not obj:
             try:
-                watched[key] = weakref.ref(obj, lambda r, key=key: _forget(key, r))
+                watched[key] = weakref.ref(obj, functools.partial(COUNTER.forget, key))
             except TypeError:
                 return False
     return True

@@ -16,27 +16,38 @@ both paths compute the same thing; the fast one skips only the walk and the hash
 
 A plan is built from a full call that changed no structure (no graph update, no
 replaced non-Variable leaf) and whose arguments are graph nodes only at the top level
-(and not Variables, ``ref``/``hijax`` Variables inside, shardings or graph contexts);
-anything else takes the full path, as does every call after a structural change until
-the next plan.
+(and not Variables, ``ref``/``hijax`` Variables or ``jax.Ref``s inside, shardings or
+graph contexts); anything else takes the full path, as does every call after a
+structural change until the next plan. A plan's call is one closure (``_plan_call``)
+holding everything it checks and reads in cells: it is the whole Python cost of a
+fast call.
+
+Both jitted functions return ``jax.Ref``s as Flax does (``refs_out``/``refs_in``): JAX
+refuses them as results, so they cross as markers.
 """
 
 import dataclasses
 import weakref
+from _thread import get_ident
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.core
 import numpy as np
+from jax.ref import AbstractRef
 
 from ...errors import TraceContextError
 from .. import _structure, extract, graphlib, tracers
 from ..extract import Lowered, NodeSlot, SlotInfo
 from ..pytreelib import Pytree, PytreeState
 from ..statelib import State
-from ..variablelib import Variable
+from ..variablelib import Variable, is_array_ref
 
+_Tracer = jax.core.Tracer
+_COUNTER = _structure.COUNTER
+_GRAPH_CONTEXT = graphlib.GRAPH_CONTEXT
+MISS = object()  # Plan.call: the plan does not apply
 _MAX_PLANS = 4
 _MAX_WASTED = 4
 _FAST_LEAF_TYPES = frozenset(
@@ -131,6 +142,9 @@ def fast_pure(pure: Callable[..., Any]) -> Callable[..., Any]:
         for position, slot in zip(key.positions, key.rebuild(donated, kept)):
             full[position] = slot
         updates, out = pure(*full, **kwargs)
+        result = refs_out((updates, out), (donated, kept, args, kwargs))
+        if len(result) == 3:
+            return _with_refs(result)
         has_slots = any(
             isinstance(x, NodeSlot) for x in jax.tree_util.tree_leaves(out, is_leaf=extract.is_slot)
         )
@@ -140,6 +154,92 @@ def fast_pure(pure: Callable[..., Any]) -> Callable[..., Any]:
         return {}, updates, plain, slotted
 
     return run
+
+
+def _with_refs(result: tuple[Any, Any, bool]) -> tuple[Any, ...]:
+    """The fast function's result when it holds ``jax.Ref``s: the full path's ``Updates``
+    (``refs_in`` restores the Refs, ``Plan.finish`` writes them back)."""
+    updates, out, marked = result
+    return {}, updates, None, out, marked
+
+
+# ------------------------------------------------------------------ returned jax.Refs
+# JAX refuses a mutable array (``jax.Ref``) among a jitted function's results. NNX
+# returns them anyway: a Ref that came in as an argument goes back as a static marker
+# naming its place among the argument leaves (the caller gets its own Ref back, already
+# written in place by JAX); a Ref made inside goes back as its value, and the caller gets
+# a new Ref holding it. A result with markers gains a last element (True), so the common
+# case (no Ref) costs one length check outside; ``refs_in`` drops it and restores the Refs.
+
+
+class _InputRef:
+    """Stands for the argument leaf ``k`` (a ``jax.Ref``) among the results."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+
+class _NewRef:
+    """The value of a ``jax.Ref`` created inside the function (a new Ref outside)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+jax.tree_util.register_pytree_node(_InputRef, lambda r: ((), r.k), lambda k, _: _InputRef(k))
+jax.tree_util.register_pytree_node(
+    _NewRef, lambda r: ((r.value,), None), lambda _, ch: _NewRef(ch[0])
+)
+
+
+def _ref_positions(leaves: list[Any]) -> list[int]:
+    """Where ``jax.Ref``s (traced or concrete) are among ``leaves``: one inline test per
+    leaf, no Python call (this runs on every trace's results)."""
+    return [
+        i
+        for i, x in enumerate(leaves)
+        if (isinstance(x.aval, AbstractRef) if isinstance(x, _Tracer) else type(x) is jax.Ref)
+    ]
+
+
+def refs_out(result: Any, inputs: Any) -> Any:
+    """Inside the trace: ``result`` with its ``jax.Ref`` leaves replaced (see above)."""
+    leaves, treedef = jax.tree_util.tree_flatten(result)
+    positions = _ref_positions(leaves)
+    if not positions:
+        return result
+    ins = jax.tree_util.tree_leaves(inputs)
+    where = {id(ins[k]): k for k in _ref_positions(ins)}
+    for i in positions:
+        leaf = leaves[i]
+        k = where.get(id(leaf))
+        leaves[i] = _NewRef(leaf[...]) if k is None else _InputRef(k)
+    return (*jax.tree_util.tree_unflatten(treedef, leaves), True)
+
+
+def _is_marker(x: Any) -> bool:
+    return isinstance(x, (_InputRef, _NewRef))
+
+
+def refs_in(result: Any, inputs: Any) -> Any:
+    """Outside: the results with the markers of ``refs_out`` replaced by Refs."""
+    if len(result) == 2:
+        return result
+    args = jax.tree_util.tree_leaves(inputs)
+
+    def restore(x: Any) -> Any:
+        if isinstance(x, _InputRef):
+            return args[x.k]
+        if isinstance(x, _NewRef):
+            abstract = isinstance(x.value, jax.ShapeDtypeStruct)  # eval_shape
+            return x.value if abstract else jax.new_ref(x.value)
+        return x
+
+    return jax.tree.map(restore, result[:-1], is_leaf=_is_marker)
 
 
 def _has_nodes(x: Any) -> bool:
@@ -173,52 +273,135 @@ class Plan:
     snapshots: list[tuple[Any, Any, tuple[Any, ...]]]
     epoch: int
     token: Any
+    modes: tuple[bool, bool]  # (graph, graph_updates)
+    thread: int  # the building thread, and its graph context's stacks and attributes
+    context: tuple[Any, Any, Any, dict[str, Any]]
+    # call(full, kwargs): the result, or MISS where the plan does not apply (``bind``).
+    call: Callable[[tuple[Any, ...], dict[str, Any]], Any] = lambda full, kwargs: MISS
     finalizers: list[Any] = dataclasses.field(default_factory=list)
 
-    def matches(self, full: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        if len(full) != self.n_args or _structure.COUNTER.epoch != self.epoch:
-            return False
-        for position, node_id in self.ids:
-            if id(full[position]) != node_id:
-                return False
-        for position in self.others:
-            arg = full[position]
-            if type(arg) not in _FAST_LEAF_TYPES and _has_nodes(arg):
-                return False
-        if (kwargs or self.kw_names) and (
-            tuple(sorted(kwargs)) != self.kw_names or not all(map(_plain, kwargs.values()))
-        ):
-            return False
-        ctx = graphlib.GRAPH_CONTEXT
-        if ctx.update_context_stacks or ctx.ref_index_stack or ctx.index_ref_stack:
-            return False
-        if self.snapshots:
-            return all(_signature(node, impl) == sig for node, impl, sig in self.snapshots)
-        return True
+    def bind(self, jitted: Any) -> None:
+        """Make ``call`` this plan's call of ``jitted`` (see ``_plan_call``)."""
+        self.call = _plan_call(self, jitted)
 
-    def run(
-        self, jitted: Any, full: tuple[Any, ...], kwargs: dict[str, Any], modes: tuple[bool, bool]
-    ) -> Any:
+    def run(self, jitted: Any, full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         args = list(full)
         for position in self.key.positions:
             args[position] = None
         donated = [s._raw_value for s in self.donated] if self.donated else []
         kept = [s._raw_value for s in self.kept]
-        changed, updates, plain, slotted = jitted(self.number, donated, kept, *args, **kwargs)
+        result = jitted(self.number, donated, kept, *args, **kwargs)
+        if len(result) == 5:  # jax.Refs among the results (see refs_out)
+            result = refs_in(result, (donated, kept, args, kwargs))
+        return self.finish(full, *result)
+
+    def finish(
+        self, full: tuple[Any, ...], changed: dict[int, Any], updates: Any, plain: Any, slotted: Any
+    ) -> Any:
+        """Write the call's changes back and rebuild its output."""
         if updates is None:
-            leaves = self.leaves
-            if changed and tracers.current_jax_trace() != self.token:
-                # Values traced under another trace would leak into the caller's Variables.
-                raise TraceContextError(
-                    f"Cannot mutate {type(leaves[next(iter(changed))]).__name__} "
-                    "from a different trace level"
-                )
-            for i, value in changed.items():
-                object.__setattr__(leaves[i], "_raw_value", value)
+            if changed:
+                leaves = self.leaves
+                if tracers.current_jax_trace() != self.token:
+                    # Values traced under another trace would leak into the caller's Variables.
+                    raise TraceContextError(
+                        f"Cannot mutate {type(leaves[next(iter(changed))]).__name__} "
+                        "from a different trace level"
+                    )
+                for i, value in changed.items():
+                    object.__setattr__(leaves[i], "_raw_value", value)
             return plain if slotted is None else extract.raise_outputs(slotted)
         nodes = tuple(full[p] for p in self.key.positions)
-        lowered = Lowered(nodes, self.leaves, self.paths, modes[0], modes[1], "jit")
+        lowered = Lowered(nodes, self.leaves, self.paths, self.modes[0], self.modes[1], "jit")
         return lowered.finish(updates, plain if slotted is None else slotted)
+
+
+def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    """The fast call of ``plan``: one closure whose checks and reads use cells, not
+    attribute lookups (this function is the whole Python cost of a fast call)."""
+    n_args, epoch, ids, others = plan.n_args, plan.epoch, plan.ids, plan.others
+    kw_names, snapshots, positions = plan.kw_names, plan.snapshots, plan.key.positions
+    number, donated_vars, kept_vars = plan.number, plan.donated, plan.kept
+    thread, (updating, splits, merges, local) = plan.thread, plan.context
+    counter, fast_types = _COUNTER, _FAST_LEAF_TYPES
+
+    def call(full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if len(full) != n_args or counter.epoch != epoch:
+            return MISS
+        for position, node_id in ids:
+            if id(full[position]) != node_id:
+                return MISS
+        for position in others:
+            if type(full[position]) not in fast_types and _has_nodes(full[position]):
+                return MISS
+        if (kwargs or kw_names) and (
+            tuple(sorted(kwargs)) != kw_names or not all(map(_plain, kwargs.values()))
+        ):
+            return MISS
+        if snapshots and not all(_signature(n, impl) == sig for n, impl, sig in snapshots):
+            return MISS
+        # No graph context may be open; cached_partial's handshake offer is taken. The
+        # context is thread-local: the building thread's stacks (lists never replaced)
+        # and attribute dict were kept, so that thread reads them as plain objects.
+        if get_ident() == thread:
+            if updating or splits or merges:
+                return MISS
+            if local["tmp_static_cache"] is not None:
+                local["tmp_static_cache"] = None
+        else:
+            ctx = _GRAPH_CONTEXT
+            if ctx.update_context_stacks or ctx.ref_index_stack or ctx.index_ref_stack:
+                return MISS
+            ctx.tmp_static_cache = None
+        args = list(full)
+        for position in positions:
+            args[position] = None
+        donated = [v._raw_value for v in donated_vars] if donated_vars else []
+        kept = [v._raw_value for v in kept_vars]
+        result = jitted(number, donated, kept, *args, **kwargs)
+        if len(result) == 5:  # jax.Refs among the results (see refs_out)
+            return plan.finish(full, *refs_in(result, (donated, kept, args, kwargs)))
+        changed, updates, plain, slotted = result
+        if updates is None and not changed:
+            return plain if slotted is None else extract.raise_outputs(slotted)
+        return plan.finish(full, changed, updates, plain, slotted)
+
+    if len(ids) != 1 or kw_names or snapshots or donated_vars:
+        return call
+    general = call
+    ((node_position, node_id),) = ids
+
+    # The common call (one node argument, no keywords, nothing donated, no plain
+    # container to compare) from the building thread: the same checks, unrolled.
+    def simple(full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if kwargs or get_ident() != thread:
+            return general(full, kwargs)
+        if (
+            len(full) != n_args
+            or counter.epoch != epoch
+            or id(full[node_position]) != node_id
+            or updating
+            or splits
+            or merges
+        ):
+            return MISS
+        for position in others:
+            if type(full[position]) not in fast_types and _has_nodes(full[position]):
+                return MISS
+        if local["tmp_static_cache"] is not None:
+            local["tmp_static_cache"] = None
+        args = list(full)
+        args[node_position] = None
+        kept = [v._raw_value for v in kept_vars]
+        result = jitted(number, [], kept, *args)
+        if len(result) == 5:  # jax.Refs among the results (see refs_out)
+            return plan.finish(full, *refs_in(result, ([], kept, args, kwargs)))
+        changed, updates, plain, slotted = result
+        if updates is None and not changed:
+            return plain if slotted is None else extract.raise_outputs(slotted)
+        return plan.finish(full, changed, updates, plain, slotted)
+
+    return simple
 
 
 def _signature(node: Any, impl: Any) -> tuple[Any, ...]:
@@ -315,8 +498,10 @@ def build_plan(
     # Under another transform's trace the objects are that trace's (rebuilt on every
     # trace): a plan would never be reused, and would count against building others.
     values = [s._raw_value for s in (*donated, *kept)] + [full[i] for i in others]
-    if any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values)):
-        return None
+    if any(
+        isinstance(v, jax.core.Tracer) or is_array_ref(v) for v in jax.tree_util.tree_leaves(values)
+    ):
+        return None  # (a jax.Ref among the values: the full path returns Refs)
     try:
         refs = tuple((i, weakref.ref(full[i])) for i in positions)
     except TypeError:
@@ -339,6 +524,14 @@ def build_plan(
         snapshots=snapshots,
         epoch=epoch,
         token=token,
+        modes=(lowered.graph, lowered.graph_updates),
+        thread=get_ident(),
+        context=(
+            _GRAPH_CONTEXT.update_context_stacks,
+            _GRAPH_CONTEXT.ref_index_stack,
+            _GRAPH_CONTEXT.index_ref_stack,
+            _GRAPH_CONTEXT.__dict__,
+        ),
     )
 
 
@@ -353,6 +546,7 @@ class PlanCache:
 
     def __init__(self) -> None:
         self.plans: list[Plan] = []
+        self.calls: list[Callable[..., Any]] = []  # each plan's ``call``, in order
         self.wasted = 0
         self.last_used = True
 
@@ -376,6 +570,7 @@ class PlanCache:
             for f in p.finalizers:
                 f.detach()
         self.plans = [plan, *kept]
+        self.calls = [p.call for p in self.plans]
         plan.finalizers = [
             weakref.finalize(ref(), _drop, weakref.ref(self), weakref.ref(plan))
             for _, ref in plan.refs
@@ -386,3 +581,4 @@ def _drop(cache_ref: "weakref.ref[PlanCache]", plan_ref: "weakref.ref[Plan]") ->
     cache, plan = cache_ref(), plan_ref()
     if cache is not None and plan is not None and plan in cache.plans:
         cache.plans.remove(plan)
+        cache.calls = [p.call for p in cache.plans]

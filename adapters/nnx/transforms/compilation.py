@@ -20,7 +20,7 @@ from .. import _structure, extract, filterlib, graphlib, tracers
 from ..extract import NodeSlot, PrefixMapping, TreeState
 from ..statelib import State, to_flat_state
 from ..variablelib import Variable
-from ._jit_plan import PlanCache, build_plan, fast_pure
+from ._jit_plan import MISS, PlanCache, build_plan, fast_pure, refs_in, refs_out
 from .general import raise_bound_method_error, resolve_bound_callable
 
 P = ParamSpec("P")
@@ -179,7 +179,6 @@ class JitWrapped(Generic[P, R]):
         extract.check_prefix(out_shardings, "out_shardings", "jit", graph, graph_updates)
         self.fun = fun
         self.graph, self.graph_updates = graph, graph_updates
-        self.modes = (graph, graph_updates)
         self.partial_args = partial_args
         self.static_nums, self.static_names = resolve_argnums(fun, static_argnums, static_argnames)
         self.donate_nums, self.donate_names = resolve_argnums(fun, donate_argnums, donate_argnames)
@@ -197,16 +196,33 @@ class JitWrapped(Generic[P, R]):
                 name="jit",
                 constrain=True,
             )
-            return raised.lower_outputs(fun(*args, **kwargs))
+            updates, out = raised.lower_outputs(fun(*args, **kwargs))
+            if slot_shardings is not None and updates.joint is None:
+                out = _constrain_slots(out, slot_shardings)
+            return updates, out
 
-        functools.update_wrapper(pure, fun)
+        def pure_refs(*args: Any, **kwargs: Any) -> Any:
+            return refs_out(pure(*args, **kwargs), (args, kwargs))
+
+        # A node's out sharding (a prefix slot) is applied inside, as constraints on its
+        # slot's leaves: JAX's out_shardings would need the slot's leaf count, and a node
+        # returned twice fills only its first slot.
+        slot_shardings: Any = None
         options: dict[str, Any] = {}
         if in_shardings is not None:
             options["in_shardings"] = to_jax_prefix(in_shardings)
         if out_shardings is not None:
-            options["out_shardings"] = (None, to_jax_prefix(out_shardings))
+            jax_out = to_jax_prefix(out_shardings)
+            if any(map(extract.is_slot, jax.tree.leaves(jax_out, is_leaf=extract.is_slot))):
+                slot_shardings = jax_out
+                jax_out = jax.tree.map(
+                    lambda x: None if extract.is_slot(x) else x, jax_out, is_leaf=extract.is_slot
+                )
+            options["out_shardings"] = (None, jax_out)
+        functools.update_wrapper(pure, fun)
+        functools.update_wrapper(pure_refs, fun)
         self.jitted = jax.jit(
-            pure,
+            pure_refs,
             static_argnums=static_argnums,
             static_argnames=static_argnames,
             donate_argnums=donate_argnums,
@@ -329,14 +345,20 @@ class JitWrapped(Generic[P, R]):
         plans = self.plans
         if plans is None:
             pargs, pkwargs, lowered = self._lower(args, kwargs)
-            updates, out = self.jitted(*pargs, **pkwargs)
+            updates, out = refs_in(self.jitted(*pargs, **pkwargs), (pargs, pkwargs))
             return lowered.finish(updates, out)
         full = (*self.partial_args, *args) if self.partial_args else args
-        for plan in plans.plans:
-            if plan.matches(full, kwargs):
+        for call in plans.calls:
+            result = call(full, kwargs)
+            if result is not MISS:
                 plans.last_used = True
-                graphlib.GRAPH_CONTEXT.tmp_static_cache = None  # cached_partial's handshake
-                return plan.run(self.fast_jitted, full, kwargs, self.modes)
+                return result
+        return self._call_full(plans, full, args, kwargs)
+
+    def _call_full(
+        self, plans: PlanCache, full: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """A call no plan serves: the full path, which builds a plan where it can."""
         epoch, token = _structure.epoch(), tracers.current_jax_trace()
         pargs, pkwargs, lowered = self._lower(args, kwargs)
         plan = None
@@ -345,11 +367,12 @@ class JitWrapped(Generic[P, R]):
             static = {i % n for i in self.static_nums if -n <= i < n}
             plan = build_plan(full, kwargs, pargs, lowered, static, epoch, token)
         if plan is None:
-            updates, out = self.jitted(*pargs, **pkwargs)
+            updates, out = refs_in(self.jitted(*pargs, **pkwargs), (pargs, pkwargs))
             return lowered.finish(updates, out)
         # A call that can take the fast path takes it now, so that later calls reuse
         # this trace; the plan is kept if the call changed no structure.
-        result = plan.run(self.fast_jitted, full, kwargs, self.modes)
+        plan.bind(self.fast_jitted)
+        result = plan.run(self.fast_jitted, full, kwargs)
         if _structure.epoch() == epoch:
             plans.add(plan)
         else:
@@ -358,7 +381,7 @@ class JitWrapped(Generic[P, R]):
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         pargs, pkwargs, _ = self._lower(args, kwargs)
-        _, out = self.jitted.eval_shape(*pargs, **pkwargs)
+        _, out = refs_in(self.jitted.eval_shape(*pargs, **pkwargs), (pargs, pkwargs))
         return extract.raise_outputs(out)
 
     def trace(self, *args: Any, **kwargs: Any) -> "Traced":
@@ -388,9 +411,10 @@ class Compiled(Stage):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         pargs, pkwargs, lowered = self._wrapped._lower(args, kwargs)
         static = set(self._wrapped.static_nums)
-        pargs = tuple(a for i, a in enumerate(pargs) if i not in static)
-        pkwargs = {k: v for k, v in pkwargs.items() if k not in self._wrapped.static_names}
-        updates, out = self._inner(*pargs, **pkwargs)
+        dargs = tuple(a for i, a in enumerate(pargs) if i not in static)
+        dkwargs = {k: v for k, v in pkwargs.items() if k not in self._wrapped.static_names}
+        # Returned Refs are numbered among all the arguments the trace saw, static included.
+        updates, out = refs_in(self._inner(*dargs, **dkwargs), (pargs, pkwargs))
         return lowered.finish(updates, out)
 
 
@@ -406,6 +430,43 @@ class Traced(Stage):
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         return Lowered(self._inner.lower(*args, **kwargs), self._wrapped)
+
+
+def _constrain_slots(out: Any, prefix: Any) -> Any:
+    """The lowered output ``out`` with each slot's leaves constrained to the shardings of
+    the prefix slot over it (a group's one sharding, or one per leaf); a slot without
+    leaves (a node returned again) has nothing to constrain."""
+    flat, treedef = jax.tree_util.tree_flatten(out, is_leaf=extract.is_slot)
+    prefixes = extract.broadcast_prefix(
+        prefix,
+        out,
+        prefix_is_leaf=lambda x: x is None or extract.is_slot(x),
+        tree_is_leaf=extract.is_slot,
+    )
+    for i, (leaf, p) in enumerate(zip(flat, prefixes)):
+        if isinstance(leaf, NodeSlot) and isinstance(p, NodeSlot):
+            groups = tuple(
+                _constrain_group(group, p.groups[g] if g < len(p.groups) else None)
+                for g, group in enumerate(leaf.groups)
+            )
+            flat[i] = NodeSlot(leaf.info, groups, leaf.meta)
+    return jax.tree_util.tree_unflatten(treedef, flat)
+
+
+def _constrain_group(values: tuple[Any, ...], shardings: Any) -> tuple[Any, ...]:
+    if not isinstance(shardings, tuple):
+        shardings = (shardings,) * len(values)
+    if len(shardings) != len(values):
+        return values
+    return tuple(_constrain_leaf(v, s) for v, s in zip(values, shardings))
+
+
+def _constrain_leaf(value: Any, sharding: Any) -> Any:
+    if not isinstance(sharding, (jax.sharding.Sharding, jax.sharding.PartitionSpec)):
+        return value
+    if isinstance(value, Variable):
+        return value.replace(jax.lax.with_sharding_constraint(value.get_raw_value(), sharding))
+    return jax.lax.with_sharding_constraint(value, sharding)
 
 
 def _shift(nums: tuple[int, ...], by: int) -> tuple[int, ...]:

@@ -218,3 +218,138 @@ def test_calls_under_another_transform_build_no_plan() -> None:
     for _ in range(3):
         f(m, jnp.ones(3))
     assert len(f.plans.plans) == 1 and f.plans.last_used
+
+
+def test_a_plan_serves_calls_from_another_thread() -> None:
+    # The plan keeps its building thread's graph context; another thread's calls read
+    # their own context and still take the plan.
+    import threading
+
+    f, traces = counted()
+    m, x = Stack(1.0), jnp.ones(3)
+    f(m, x)
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(f(m, x)))
+    worker.start()
+    worker.join()
+    np.testing.assert_allclose(results[0], 10.0 * np.ones(3))
+    assert traces[0] == 1 and int(m.blocks[0].calls[...]) == 2
+
+
+# --------------------------------------------------------------------- jax.Ref results
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_ref_variables_made_inside_come_back_as_new_refs(graph: bool) -> None:
+    @nnx.jit(graph=graph)
+    def make(x: jax.Array) -> nnx.Param[jax.Array]:
+        return nnx.Param(x * 2, ref=True)
+
+    for _ in range(2):
+        v = make(jnp.ones(2))
+        assert v.ref and isinstance(v.get_raw_value(), jax.Ref)
+        np.testing.assert_allclose(v[...], 2.0 * np.ones(2))
+
+
+def test_a_ref_passed_in_and_returned_is_the_callers_own_ref() -> None:
+    class Holder(nnx.Pytree):
+        def __init__(self) -> None:
+            self.r = nnx.data(jax.new_ref(jnp.array(1)))
+
+    @nnx.jit(graph=True, graph_updates=True)
+    def bump(h: Holder) -> Holder:
+        h.r[...] += 1
+        return h
+
+    h = Holder()
+    ref = h.r
+    for expected in (2, 3):
+        out = bump(h)
+        assert out is h and h.r is ref  # written in place by JAX, returned as itself
+        assert int(ref[...]) == expected
+    assert bump.plans is not None and not bump.plans.plans  # Refs take the full path
+
+
+def test_a_ref_variable_argument_is_updated_in_place_and_returned_as_itself() -> None:
+    v = nnx.Variable(jnp.zeros(2), ref=True)
+    ref = v.get_raw_value()
+
+    @nnx.jit(graph=True, graph_updates=False)
+    def add(v: nnx.Variable[jax.Array], x: jax.Array) -> jax.Array:
+        v[...] += x
+        return v.get_raw_value()
+
+    out = add(v, jnp.ones(2))
+    assert out is ref and v.get_raw_value() is ref
+    np.testing.assert_allclose(v[...], np.ones(2))
+
+
+def test_eval_shape_of_a_function_returning_a_new_ref() -> None:
+    make = nnx.jit(lambda x: nnx.Param(x, ref=True))
+    v = make.eval_shape(jnp.ones(3))
+    assert v.get_raw_value().shape == (3,)
+
+
+# ------------------------------------------------------ out_shardings of repeated nodes
+
+
+def test_out_shardings_of_a_node_returned_several_times() -> None:
+    mesh = jax.sharding.Mesh(jax.devices()[:1], ("d",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    abstract = nnx.eval_shape(lambda: nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
+    prefixes = nnx.prefix((abstract, abstract), {...: sharding}, graph=True)
+
+    @nnx.jit(out_shardings=prefixes, graph=True, graph_updates=False)
+    def twice() -> tuple[nnx.Linear, nnx.Linear]:
+        layer = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+        return layer, layer
+
+    a, b = twice()
+    assert a is b
+    assert a.kernel[...].sharding == sharding and a.bias[...].sharding == sharding
+
+
+def test_a_single_model_argument_takes_the_plan_and_sees_changes() -> None:
+    # One node argument, no keywords, nothing donated: the plan's unrolled call.
+    traces = [0]
+
+    @nnx.jit
+    def f(model: nnx.Linear, x: jax.Array) -> tuple[jax.Array, nnx.Param[jax.Array]]:
+        traces[0] += 1
+        return model(x), nnx.Param(x, ref=True)
+
+    model, x = nnx.Linear(2, 2, rngs=nnx.Rngs(0)), jnp.ones((1, 2))
+    for _ in range(3):
+        y, v = f(model, x)
+        np.testing.assert_allclose(y, model(x), rtol=1e-6)
+        assert isinstance(v.get_raw_value(), jax.Ref)  # a new Ref on every call
+    assert traces[0] == 1 and f.plans.last_used
+    model.bias = nnx.Param(jnp.full((2,), 7.0))  # structure changed: the full path again
+    np.testing.assert_allclose(f(model, x)[0], model(x), rtol=1e-6)
+    np.testing.assert_allclose(f(model, x, **{})[0], model(x), rtol=1e-6)
+
+
+def test_out_shardings_state_sharding_of_a_returned_node() -> None:
+    mesh = jax.sharding.Mesh(jax.devices()[:1], ("d",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+    @nnx.jit(out_shardings=(nnx.StateSharding({nnx.Param: sharding}), None), graph=True)
+    def make(x: jax.Array) -> tuple[nnx.Linear, jax.Array]:
+        return nnx.Linear(2, 2, rngs=nnx.Rngs(0)), x + 1
+
+    layer, y = make(jnp.zeros(2))
+    assert layer.kernel[...].sharding == sharding
+    np.testing.assert_allclose(y, np.ones(2))
+
+
+def test_a_compiled_call_returns_the_callers_ref_after_a_static_argument() -> None:
+    v = nnx.Variable(jnp.zeros(2), ref=True)
+    ref = v.get_raw_value()
+
+    def add(scale: int, v: nnx.Variable[jax.Array]) -> jax.Array:
+        v[...] += scale
+        return v.get_raw_value()
+
+    compiled = nnx.jit(add, static_argnums=0).lower(3, v).compile()
+    assert compiled(3, v) is ref
+    np.testing.assert_allclose(v[...], 3.0 * np.ones(2))
