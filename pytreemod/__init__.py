@@ -124,7 +124,9 @@ _LAZY: dict[str, str] = {
     "with_logical_constraint": "._sharding",
     "with_logical_partitioning": "._sharding",
     "with_partitioning": "._sharding",
+    "CustomVjp": "._transforms_autodiff",
     "DiffState": "._transforms_autodiff",
+    "custom_vjp": "._transforms_autodiff",
     "grad": "._transforms_autodiff",
     "jvp": "._transforms_autodiff",
     "value_and_grad": "._transforms_autodiff",
@@ -177,7 +179,9 @@ if _typing.TYPE_CHECKING:
     from ._trace_cache import disable_trace_once as disable_trace_once
     from ._trace_cache import trace_once as trace_once
     from ._train_state import TrainState as TrainState
+    from ._transforms_autodiff import CustomVjp as CustomVjp
     from ._transforms_autodiff import DiffState as DiffState
+    from ._transforms_autodiff import custom_vjp as custom_vjp
     from ._transforms_autodiff import grad as grad
     from ._transforms_autodiff import jvp as jvp
     from ._transforms_autodiff import value_and_grad as value_and_grad

@@ -1,17 +1,31 @@
-"""``grad``, ``value_and_grad``, ``vjp`` and ``jvp`` over modules; ``DiffState`` in
-``argnums`` selects the state to differentiate."""
+"""``grad``, ``value_and_grad``, ``vjp``, ``jvp`` and ``custom_vjp`` over modules;
+``DiffState`` in ``argnums`` selects the state to differentiate."""
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
 import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import CustomVJPPrimal
 
 from ._errors import TransformError, require_callable
 from ._filters import Filter, FilterLike, check_collections, to_filter
-from ._pack import pack, unpack
-from ._partition import State, partition
+from ._meta import slot_value
+from ._pack import Skeleton, pack, unpack
+from ._partition import State, _Hole, partition
 from ._tree import is_array, is_inexact_array
 
 P = ParamSpec("P")
@@ -434,10 +448,204 @@ def jvp(
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
 
 
-def _out_and_aux(name: str, out: Any) -> tuple[Any, Any]:
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise TransformError(
-            f"{name}: has_aux=True needs the function to return a pair (out, aux), got "
-            f"{type(out).__name__}."
-        )
+def _out_and_aux(name: str, out: Any, pair: str = "") -> tuple[Any, Any]:
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        need = pair or "has_aux=True needs the function to return a pair (out, aux)"
+        raise TransformError(f"{name}: {need}, got {_describe(out)}.")
     return out[0], out[1]
+
+
+class CustomVjp(Generic[P, R]):
+    """A function with a custom backward rule (``jax.custom_vjp`` over modules); made
+    by ``custom_vjp``. Call it like ``fun``; set the rule with ``defvjp(fwd, bwd)``.
+
+    **Attributes:** ``fun``, ``nondiff_argnums``, and ``fwd``/``bwd``/``symbolic_zeros``
+    once ``defvjp`` was called.
+    """
+
+    def __init__(self, fun: Callable[P, R], nondiff_argnums: Sequence[int] = ()) -> None:
+        require_callable(fun, "custom_vjp")
+        for i in nondiff_argnums:
+            if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+                raise TransformError(
+                    f"custom_vjp: nondiff_argnums entries must be argument positions "
+                    f"(ints >= 0), got {i!r}."
+                )
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums: tuple[int, ...] = tuple(sorted(set(nondiff_argnums)))
+        self.fwd: Callable[..., tuple[R, Any]] | None = None
+        self.bwd: Callable[..., Any] | None = None
+        self.symbolic_zeros = False
+
+    def defvjp(
+        self,
+        fwd: Callable[P, tuple[R, Any]],
+        bwd: Callable[..., Any],
+        symbolic_zeros: bool = False,
+    ) -> None:
+        """Set the rule. ``fwd(*args)`` returns ``(out, residual)``;
+        ``bwd(*nondiff_args, residual, out_cotangent)`` returns a tuple with one
+        cotangent per differentiable argument, shaped like it (``None``, for the whole
+        argument or for one of its arrays, is a zero cotangent). ``symbolic_zeros`` as in
+        ``jax.custom_vjp.defvjp``."""
+        self.fwd, self.bwd, self.symbolic_zeros = fwd, bwd, symbolic_zeros
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        fwd, bwd = self.fwd, self.bwd
+        name = getattr(self.fun, "__name__", "function")
+        if fwd is None or bwd is None:
+            raise TransformError(
+                f"custom_vjp: {name} has no backward rule; call {name}.defvjp(fwd, bwd) "
+                "before calling it."
+            )
+        flat_args = _positional(self.fun, args, kwargs)
+        n = len(flat_args)
+        nondiff = self.nondiff_argnums
+        if nondiff and nondiff[-1] >= n:
+            raise TransformError(
+                f"custom_vjp: nondiff_argnums names argument {nondiff[-1]} but {name} got "
+                f"{n} arguments."
+            )
+        packed = [pack(a) for a in flat_args]
+        skels = [s for s, _, _ in packed]
+        cell: dict[str, Any] = {}
+        zeros = self.symbolic_zeros
+
+        def run(f: Callable[..., Any], arrays: Sequence[list[Any]]) -> Any:
+            # JAX may hand the rules a Python-number literal (a differentiated Python
+            # float's primal): made an array again, so it is not taken for a static leaf.
+            arrays = [[_as_array(x) for x in a] for a in arrays]
+            return f(*(unpack(s, a) for s, a in zip(skels, arrays)))
+
+        def fun_flat(*arrays: list[Any]) -> list[Any]:
+            oskel, oarrays, _ = pack(run(self.fun, arrays))
+            cell["out"] = oskel
+            return oarrays
+
+        def fwd_flat(*arrays: list[Any]) -> Any:
+            arrays_ = list(arrays)
+            if zeros:  # nondiff arguments are plain values, as in jax.custom_vjp
+                for i in nondiff:
+                    arrays_[i] = [p.value for p in arrays_[i]]
+            out, residual = _out_and_aux(
+                "custom_vjp", run(fwd, arrays_), "fwd must return a pair (out, residual)"
+            )
+            oskel, oarrays, _ = pack(out)
+            rskel, rarrays, _ = pack(residual)
+            cell["out"], cell["res"] = oskel, rskel
+            return oarrays, (rarrays, [arrays_[i] for i in nondiff])
+
+        def bwd_flat(res: Any, out_ct: list[Any]) -> tuple[list[Any], ...]:
+            rarrays, nd_arrays = res
+            nondiff_args = [unpack(skels[i], a) for i, a in zip(nondiff, nd_arrays)]
+            cts = bwd(*nondiff_args, unpack(cell["res"], rarrays), unpack(cell["out"], out_ct))
+            n_diff = n - len(nondiff)
+            if not isinstance(cts, (tuple, list)) or len(cts) != n_diff:
+                raise TransformError(
+                    f"custom_vjp: bwd must return a tuple of {n_diff} cotangents (one per "
+                    f"differentiable argument of {name}), got {_describe(cts)}."
+                )
+            it = iter(cts)
+            return tuple(
+                [None] * len(packed[i][1])
+                if i in nondiff
+                else _cotangent_arrays(skels[i], next(it), i)
+                for i in range(n)
+            )
+
+        custom = jax.custom_vjp(fun_flat)
+        custom.defvjp(fwd_flat, bwd_flat, symbolic_zeros=zeros)
+        out_arrays = custom(*(a for _, a, _ in packed))
+        return unpack(cell["out"], out_arrays)
+
+
+@overload
+def custom_vjp(fun: Callable[P, R], *, nondiff_argnums: Sequence[int] = ()) -> CustomVjp[P, R]: ...
+@overload
+def custom_vjp(
+    fun: None = None, *, nondiff_argnums: Sequence[int] = ()
+) -> Callable[[Callable[P, R]], CustomVjp[P, R]]: ...
+def custom_vjp(
+    fun: Callable[..., Any] | None = None, *, nondiff_argnums: Sequence[int] = ()
+) -> Any:
+    """``jax.custom_vjp`` over modules: ``fun`` with a backward rule of your own.
+
+    ``pm.custom_vjp(fun)`` (or ``@pm.custom_vjp``, ``@pm.custom_vjp(nondiff_argnums=...)``)
+    returns a ``CustomVjp``; set its rule with ``.defvjp(fwd, bwd)``:
+
+    - ``fwd(*args)`` returns ``(out, residual)``; ``out`` is what ``fun`` returns.
+    - ``bwd(*nondiff_args, residual, out_cotangent)`` returns a tuple with one cotangent
+      per differentiable argument, shaped like that argument (a module of the same type
+      for a module). ``None`` is a zero cotangent, for a whole argument or one array.
+
+    As in pytreemod's other transforms, only arrays are inputs: non-array leaves (Python
+    numbers, strings, functions) are static. They reach ``fun``/``fwd``/``bwd`` as they
+    are, their cotangent is not asked for (whatever ``bwd`` puts there is ignored), and
+    the output's and residual's non-array leaves come back unchanged (so a residual may
+    hold any value). Arguments at ``nondiff_argnums`` are given to ``bwd`` first and get
+    no cotangent; unlike ``jax.custom_vjp`` they may hold traced arrays.
+
+    >>> import jax, jax.numpy as jnp, pytreemod as pm
+    >>> @pm.custom_vjp
+    ... def clip_grad(x):
+    ...     return x
+    >>> clip_grad.defvjp(lambda x: (x, None), lambda _, g: (jnp.clip(g, -1.0, 1.0),))
+    >>> jax.grad(lambda x: 5.0 * clip_grad(x))(2.0)
+    Array(1., dtype=float32, weak_type=True)
+    """
+    if fun is None:
+        return functools.partial(custom_vjp, nondiff_argnums=nondiff_argnums)
+    return CustomVjp(fun, nondiff_argnums)
+
+
+def _positional(
+    fun: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    """``args`` and ``kwargs`` as positional arguments of ``fun`` (defaults filled in)."""
+    if not kwargs:
+        return args
+    try:
+        bound = inspect.signature(fun).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TransformError(f"custom_vjp: the arguments do not fit the function: {e}.") from e
+    bound.apply_defaults()
+    if bound.kwargs:
+        raise TransformError(
+            f"custom_vjp: keyword-only arguments {sorted(bound.kwargs)} cannot be "
+            "differentiated by position; make them positional or close over them."
+        )
+    return tuple(bound.args)
+
+
+def _cotangent_arrays(skel: Skeleton, ct: Any, index: int) -> list[Any]:
+    """The arrays of ``ct``, a cotangent shaped like the argument ``skel`` packed, in the
+    order of its arrays (``None`` for a zero)."""
+    n = sum(skel.mask)
+    if ct is None:
+        return [None] * n
+    structure = skel.structure
+    try:
+        at_leaves = structure.treedef.flatten_up_to(ct)
+        values: list[Any] = [None] * len(structure.paths)
+        for leaf, c in zip(structure.leaves, at_leaves):
+            if isinstance(leaf, _Hole) and structure.alias[leaf.index] is None:
+                values[leaf.index] = slot_value(c)
+        flat = skel.vdef.flatten_up_to([values[s] for s in skel.slots])
+    except (ValueError, TypeError) as e:
+        raise TransformError(
+            f"custom_vjp: bwd's cotangent for argument {index} has the structure "
+            f"{jax.tree.structure(ct)} but the argument has {structure.treedef}; return a "
+            "tree shaped like the argument (None for a zero cotangent)."
+        ) from e
+    return [c for c, m in zip(flat, skel.mask) if m]
+
+
+def _as_array(x: Any) -> Any:
+    return x if is_array(x) or isinstance(x, CustomVJPPrimal) else jnp.asarray(x)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return type(x).__name__

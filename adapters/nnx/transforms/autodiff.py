@@ -13,9 +13,9 @@ the lowered state (``extract``), the object graph split before and merged after.
 ``DiffState`` is applied while lowering (the selected state is its own group of the
 node's slot), so pytreemod differentiates whole lowered arguments, each handed over as
 its leaves (``general.flat_leaves``: an NNX Variable keeps its metadata in the treedef).
-``vjp``/``jvp`` are ``pm.vjp``/``pm.jvp`` over the lowered primals' leaves;
-``custom_vjp`` has no pytreemod counterpart and uses ``jax.custom_vjp`` on the lowered
-state the same way.
+``vjp``/``jvp`` are ``pm.vjp``/``pm.jvp`` and ``custom_vjp`` is ``pm.custom_vjp``, over
+the lowered arguments' leaves: each argument reaches pytreemod as ``(treedef, leaves)``
+(``_to_pm``), its cotangent flattened by the same treedef.
 """
 
 import dataclasses
@@ -382,20 +382,20 @@ class CustomVjp:
         self.graph = graph
         name = "custom_vjp"
 
-        def pure(*pargs: Any) -> Any:
-            args, raised = _raise_each(pargs, graph, name)
+        def pure(*flat_args: Any) -> Any:
+            args, raised = _raise_each([from_leaves(a) for a in flat_args], graph, name)
             out = fun(*args)
             changes = [r.lower_outputs(None)[0] for r in raised]
             extract.check_no_aliases(name, args=args, out=out)
-            return extract.lower_outputs(out), changes
+            return flat_leaves((extract.lower_outputs(out), changes))
 
-        self.custom = jax.custom_vjp(pure, nondiff_argnums=nondiff_argnums)
+        self.custom = pm.custom_vjp(pure, nondiff_argnums=nondiff_argnums)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = resolve_kwargs(self.fun, args, kwargs)
         extract.check_no_aliases("custom_vjp", args=args)
         pargs, lowered = _lower_each(args, self.graph, "custom_vjp")
-        out, changes = self.custom(*pargs)
+        out, changes = from_leaves(self.custom(*_to_pm(pargs, self.nondiff_argnums)))
         for lw, ch in zip(lowered, changes):
             lw.finish(ch, None)
         return extract.raise_outputs(out)
@@ -411,16 +411,23 @@ class CustomVjp:
         layouts: list[Any] = []  # per argument, set while fwd is traced (bwd follows)
         wants_updates = _accepts_keyword(bwd, "updates_g")
 
-        def fwd_pure(*pargs: Any) -> Any:
-            args, raised = _raise_each(pargs, graph, name)
+        treedefs: list[Any] = []  # per differentiable argument, set while fwd is traced
+        nondiff = self.nondiff_argnums
+
+        def fwd_pure(*flat_args: Any) -> Any:
+            args, raised = _raise_each([from_leaves(a) for a in flat_args], graph, name)
             out, residual = fwd(*args)
             changes = [r.lower_outputs(None)[0] for r in raised]
             layouts[:] = [_update_layout(a, r) for a, r in zip(args, raised)]
-            return (extract.lower_outputs(out), changes), extract.lower_outputs(residual)
+            treedefs[:] = [a[0] for i, a in enumerate(flat_args) if i not in nondiff]
+            lowered_out = flat_leaves((extract.lower_outputs(out), changes))
+            return lowered_out, flat_leaves(extract.lower_outputs(residual))
 
         def bwd_pure(*all_args: Any) -> Any:
-            *nondiff_pargs, residual, (out_g, changes_g) = all_args
-            nondiff_args = [extract.raise_outputs(p) for p in nondiff_pargs]
+            *nondiff_flat, residual, out_flat = all_args
+            out_g, changes_g = from_leaves(out_flat)
+            residual = from_leaves(residual)
+            nondiff_args = [extract.raise_outputs(from_leaves(p)) for p in nondiff_flat]
             kwargs = {}
             if wants_updates:
                 updates_g = zip(layouts, changes_g)
@@ -431,12 +438,50 @@ class CustomVjp:
                 extract.raise_outputs(out_g),
                 **kwargs,
             )
-            return tuple(
+            lowered = [
                 extract.lower(r, graph=graph, graph_updates=False, name=name)[0] for r in result
-            )
+            ]
+            return tuple(_cotangent_leaves(t, c) for t, c in zip(treedefs, lowered))
 
         self.fwd, self.bwd = fwd, bwd
         self.custom.defvjp(fwd_pure, bwd_pure, symbolic_zeros=symbolic_zeros)
+
+
+def _to_pm(args: Sequence[Any], nondiff: Sequence[int]) -> list[tuple[Any, list[Any]]]:
+    """Each lowered argument as ``(treedef, leaves)`` for ``pm.custom_vjp``: the numbers
+    of a differentiable argument as arrays (JAX traces them), a nondiff argument's left
+    as they are (JAX hands nondiff arguments over untouched)."""
+    out: list[tuple[Any, list[Any]]] = []
+    for i, a in enumerate(args):
+        if i in nondiff:
+            leaves, treedef = jax.tree_util.tree_flatten(a)
+            out.append((treedef, leaves))
+        else:
+            out.append(flat_leaves(a))
+    return out
+
+
+def _cotangent_leaves(treedef: Any, ct: Any) -> Any:
+    """``bwd``'s cotangent ``ct`` for an argument handed over as ``(treedef, leaves)``:
+    its leaves by that treedef. As in ``jax.custom_vjp`` a None stands for zeros (of a
+    leaf or a whole subtree). A cotangent of another structure is returned as it is, for
+    ``pm.custom_vjp`` to report."""
+    n = treedef.num_leaves
+    if ct is None:
+        return treedef, [None] * n
+    leaves: list[Any] = [None] * n
+    dummy = treedef.unflatten(list(range(n)))
+
+    def put(c: Any, d: Any) -> None:
+        if c is not None:
+            for k in jax.tree.leaves(d):
+                leaves[k] = c
+
+    try:
+        jax.tree.map(put, ct, dummy, is_leaf=lambda x: x is None)
+    except (ValueError, TypeError):
+        return ct
+    return treedef, leaves
 
 
 def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
@@ -490,7 +535,7 @@ def _clear_path(root: Any, path: tuple[Any, ...]) -> None:
 class GraphCustomVjp:
     """``nnx.custom_vjp`` in graph-update mode (Flax's ``CustomVjp``).
 
-    Each differentiable graph-node argument enters ``jax.custom_vjp`` as the State of its
+    Each differentiable graph-node argument enters ``pm.custom_vjp`` as the State of its
     differentiable Variables (all of them, or those a ``DiffState`` in ``nondiff_argnums``
     selects; the rest is closed over). ``f``/``fwd`` see rebuilt objects; what they do to
     them (new values, new attributes) comes back as each node's full state and is applied
@@ -600,17 +645,23 @@ class GraphCustomVjp:
             is_leaf=_is_pure_node,
         )
 
-        def fun_pure(*pure_args: Any) -> Any:
-            inner = self._rebuild(pure_args, treedef, graphdef, rest)
-            return self._outputs(inner, fun(*inner))
+        flat_in = _to_pm(pure_args, nondiff)
 
-        def fwd_pure(*pure_args: Any) -> Any:
-            inner = self._rebuild(pure_args, treedef, graphdef, rest)
+        def fun_pure(*flat: Any) -> Any:
+            inner = self._rebuild(tuple(map(from_leaves, flat)), treedef, graphdef, rest)
+            return flat_leaves(self._outputs(inner, fun(*inner)))
+
+        def fwd_pure(*flat: Any) -> Any:
+            inner = self._rebuild(tuple(map(from_leaves, flat)), treedef, graphdef, rest)
             out, residual = fwd(*inner)
-            return self._outputs(inner, out), extract.lower_outputs(residual)
+            lowered_out = flat_leaves(self._outputs(inner, out))
+            return lowered_out, flat_leaves(extract.lower_outputs(residual))
 
         def bwd_pure(*all_args: Any) -> Any:
-            *nondiff_args, residual, (args_g, out_g) = all_args
+            *nondiff_flat, residual, out_flat = all_args
+            args_g, out_g = from_leaves(out_flat)
+            nondiff_args = [from_leaves(p) for p in nondiff_flat]
+            residual = from_leaves(residual)
             args_g = jax.tree.map(
                 lambda x: x.state if isinstance(x, extract.TreeState) else x,
                 args_g,
@@ -623,11 +674,13 @@ class GraphCustomVjp:
                     raise ValueError(f"Expected State or Variable, got {type(x)}")
                 return x
 
-            return tuple(jax.tree.map(check, node_mask, tuple(tangent), is_leaf=_is_pure_node))
+            checked = jax.tree.map(check, node_mask, tuple(tangent), is_leaf=_is_pure_node)
+            diff_defs = [t for i, (t, _) in enumerate(flat_in) if i not in nondiff]
+            return tuple(_cotangent_leaves(t, c) for t, c in zip(diff_defs, checked))
 
-        custom = jax.custom_vjp(fun_pure, nondiff_argnums=nondiff)
+        custom = pm.custom_vjp(fun_pure, nondiff_argnums=nondiff)
         custom.defvjp(fwd_pure, bwd_pure, symbolic_zeros=self.symbolic_zeros)
-        args_out, out = custom(*pure_args)
+        args_out, out = from_leaves(custom(*flat_in))
         diff_args = tuple(a for i, a in enumerate(args) if i not in nondiff)
         originals = jax.tree.leaves(diff_args, is_leaf=extract.is_node_leaf)
         results = jax.tree.leaves(
