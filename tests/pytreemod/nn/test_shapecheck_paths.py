@@ -1,10 +1,10 @@
 """A ShapeError raised inside a model names the failing layer's path from the outermost
 module called, eagerly and under tracing, and costs nothing when nothing fails."""
 
+import re
 from collections.abc import Callable
 from typing import Any
 
-import re
 import jax
 import jax.numpy as jnp
 import pytest
