@@ -16,6 +16,8 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
+import pytreemod as pm
+
 from .. import _structure, extract, filterlib, graphlib, tracers
 from ..extract import NodeSlot, PrefixMapping, TreeState
 from ..statelib import State, to_flat_state
@@ -465,8 +467,8 @@ def _constrain_leaf(value: Any, sharding: Any) -> Any:
     if not isinstance(sharding, (jax.sharding.Sharding, jax.sharding.PartitionSpec)):
         return value
     if isinstance(value, Variable):
-        return value.replace(jax.lax.with_sharding_constraint(value.get_raw_value(), sharding))
-    return jax.lax.with_sharding_constraint(value, sharding)
+        return value.replace(pm.sharding.apply_sharding(value.get_raw_value(), sharding))
+    return pm.sharding.apply_sharding(value, sharding)
 
 
 def _shift(nums: tuple[int, ...], by: int) -> tuple[int, ...]:
