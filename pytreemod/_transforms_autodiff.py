@@ -378,16 +378,7 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     require_callable(fun, "vjp")
     skel, arrays, _ = pack(primals)
     cell: dict[str, Any] = {}
-
-    def f(arrays: list[Any]) -> Any:
-        out = fun(*unpack(skel, arrays))
-        aux = None
-        if has_aux:
-            out, aux = _out_and_aux("vjp", out)
-        oskel, oarrays, _ = pack(out)
-        cell["out"] = oskel
-        return (oarrays, aux) if has_aux else oarrays
-
+    f = _linearised("vjp", fun, skel, has_aux, cell)
     if has_aux:
         out_arrays, pullback, aux = jax.vjp(f, arrays, has_aux=True)
     else:
@@ -429,16 +420,7 @@ def jvp(
             "same modules, variables and static fields)."
         )
     cell: dict[str, Any] = {}
-
-    def f(arrays: list[Any]) -> Any:
-        out = fun(*unpack(pskel, arrays))
-        aux = None
-        if has_aux:
-            out, aux = _out_and_aux("jvp", out)
-        oskel, oarrays, _ = pack(out)
-        cell["out"] = oskel
-        return (oarrays, aux) if has_aux else oarrays
-
+    f = _linearised("jvp", fun, pskel, has_aux, cell)
     if has_aux:
         out_arrays, tangent_arrays, aux = jax.jvp(f, (parrays,), (tarrays,), has_aux=True)
     else:
@@ -446,6 +428,25 @@ def jvp(
     oskel = cell["out"]
     out, tangent_out = unpack(oskel, out_arrays), unpack(oskel, tangent_arrays)
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
+
+
+def _linearised(
+    name: str, fun: Callable[..., Any], skel: Skeleton, has_aux: bool, cell: dict[str, Any]
+) -> Callable[[list[Any]], Any]:
+    """``fun`` of the primals' arrays (``skel``), as ``vjp``/``jvp`` differentiate it: its
+    output's arrays (with ``aux`` beside them for ``has_aux``); the output's skeleton is
+    kept in ``cell["out"]``."""
+
+    def f(arrays: list[Any]) -> Any:
+        out = fun(*unpack(skel, arrays))
+        aux = None
+        if has_aux:
+            out, aux = _out_and_aux(name, out)
+        oskel, oarrays, _ = pack(out)
+        cell["out"] = oskel
+        return (oarrays, aux) if has_aux else oarrays
+
+    return f
 
 
 def _out_and_aux(name: str, out: Any, pair: str = "") -> tuple[Any, Any]:

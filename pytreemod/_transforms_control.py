@@ -194,6 +194,15 @@ def eval_shape(fun: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     require_callable(fun, "eval_shape")
     skel, arrays, _ = pack((args, kwargs))
     cell: dict[str, Skeleton] = {}
+    shapes = jax.eval_shape(_on_arrays(fun, skel, cell), arrays)
+    return unpack(cell["out"], shapes)
+
+
+def _on_arrays(
+    fun: Callable[..., Any], skel: Skeleton, cell: dict[str, Skeleton]
+) -> Callable[[list[Any]], list[Any]]:
+    """``fun`` as a function of the arrays of its packed ``(args, kwargs)`` (``skel``):
+    it returns its output's arrays and keeps the output's skeleton in ``cell["out"]``."""
 
     def inner(arrays: list[Any]) -> list[Any]:
         a, k = unpack(skel, arrays)
@@ -201,8 +210,7 @@ def eval_shape(fun: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         cell["out"] = oskel
         return oarrays
 
-    shapes = jax.eval_shape(inner, arrays)
-    return unpack(cell["out"], shapes)
+    return inner
 
 
 def checkify(fun: Callable[..., Any] | None = None, *, errors: frozenset[Any] | None = None) -> Any:
@@ -224,13 +232,7 @@ def checkify(fun: Callable[..., Any] | None = None, *, errors: frozenset[Any] | 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         skel, arrays, _ = pack((args, kwargs))
         cell: dict[str, Skeleton] = {}
-
-        def inner(arrays: list[Any]) -> list[Any]:
-            a, k = unpack(skel, arrays)
-            oskel, oarrays, _ = pack(fun_(*a, **k))
-            cell["out"] = oskel
-            return oarrays
-
+        inner = _on_arrays(fun_, skel, cell)
         error, out = jax_checkify.checkify(inner, errors=selected)(arrays)
         return error, unpack(cell["out"], out)
 
