@@ -20,13 +20,20 @@ replaced non-Variable leaf) and whose arguments are graph nodes only at the top 
 graph contexts); anything else takes the full path, as does every call after a
 structural change until the next plan. A plan's call is one closure (``_plan_call``)
 holding everything it checks and reads in cells: it is the whole Python cost of a
-fast call.
+fast call. The commonest call, ``f(node, x)`` from the thread that built the plan, is
+served by ``nnx.jit``'s own ``__call__`` from the tuple ``Plan.inline`` of the plan that
+served the call before (one Python frame in all; ``PlanCache.inline``, cleared whenever
+a plan is added or dropped).
+
+Each structure has its own fast ``jax.jit`` (``fast_pure`` with the ``PlanKey``'s
+number bound), so a fast call passes JAX only the value lists and the other arguments.
 
 Both jitted functions return ``jax.Ref``s as Flax does (``refs_out``/``refs_in``): JAX
 refuses them as results, so they cross as markers.
 """
 
 import dataclasses
+import operator
 import weakref
 from _thread import get_ident
 from collections.abc import Callable
@@ -45,12 +52,13 @@ from ..statelib import State
 from ..variablelib import Variable, is_array_ref
 
 _Tracer = jax.core.Tracer
-_COUNTER = _structure.COUNTER
+COUNTER = _structure.COUNTER
 _GRAPH_CONTEXT = graphlib.GRAPH_CONTEXT
 MISS = object()  # Plan.call: the plan does not apply
+raw_of = operator.attrgetter("_raw_value")  # a Variable's (or _Const's) value
 _MAX_PLANS = 4
 _MAX_WASTED = 4
-_FAST_LEAF_TYPES = frozenset(
+FAST_LEAF_TYPES = frozenset(
     {type(jax.numpy.zeros(())), np.ndarray, int, float, bool, complex, type(None)}
 )
 
@@ -110,11 +118,12 @@ def _build(builder: Any, value: Any) -> Any:
     return value if builder is None else builder.unflatten([value])
 
 
-# The fast jax.jit's static argument is a small int naming a PlanKey: JAX hashes and
-# compares an int in C, where a PlanKey would cost two Python calls per dispatch. Equal
-# keys (the same structure met again, e.g. after a change that was undone) share a number,
-# so they share the compiled function. The registry keeps every structure seen (small:
-# slot layouts and GraphDefs, no arrays).
+# Each structure gets a number, and an ``nnx.jit`` function one fast ``jax.jit`` per
+# number (``fast_pure`` with the number bound): equal keys (the same structure met again,
+# e.g. after a change that was undone) share a number, so they share the compiled
+# function, and a fast call passes only the value lists and the other arguments (no
+# static argument for JAX to hash). The registry keeps every structure seen (small: slot
+# layouts and GraphDefs, no arrays).
 _KEY_NUMBERS: dict[PlanKey, int] = {}
 _KEYS: list[PlanKey] = []
 
@@ -127,17 +136,19 @@ def key_number(key: PlanKey) -> int:
     return number
 
 
-def fast_pure(pure: Callable[..., Any]) -> Callable[..., Any]:
-    """The function the fast ``jax.jit`` traces: ``pure`` on the rebuilt slots.
+def fast_pure(pure: Callable[..., Any], number: int) -> Callable[..., Any]:
+    """The function the fast ``jax.jit`` of ``number`` traces: ``pure`` on the slots
+    rebuilt from the value lists (donated, kept).
 
     Its result is shaped for JAX's C++ pytree code (no Python-registered node in the
-    common case): ``(changed, updates, out, lowered_out)`` where ``changed`` maps joint
+    common case): ``(out,)`` when no Variable changed and the output holds no graph
+    node, else ``(changed, updates, out, lowered_out)`` where ``changed`` maps joint
     indices to the new raw values of the Variables that changed, ``updates`` is the full
     path's ``Updates`` only when the structure changed (else None), and the output is
     ``out`` when it holds no graph node, else ``lowered_out`` (its nodes as slots)."""
+    key = _KEYS[number]
 
-    def run(number: int, donated: list[Any], kept: list[Any], *args: Any, **kwargs: Any) -> Any:
-        key = _KEYS[number]
+    def run(donated: list[Any], kept: list[Any], *args: Any, **kwargs: Any) -> Any:
         full = list(args)
         for position, slot in zip(key.positions, key.rebuild(donated, kept)):
             full[position] = slot
@@ -150,6 +161,8 @@ def fast_pure(pure: Callable[..., Any]) -> Callable[..., Any]:
         )
         plain, slotted = (None, out) if has_slots else (out, None)
         if updates.joint is None and not updates.raw_paths:
+            if not updates.indices and not has_slots:
+                return (out,)  # the common forward call: nothing to write back
             return dict(zip(updates.indices, updates.values)), None, plain, slotted
         return {}, updates, plain, slotted
 
@@ -249,8 +262,8 @@ def _has_nodes(x: Any) -> bool:
     )
 
 
-def _plain(x: Any) -> bool:
-    return type(x) in _FAST_LEAF_TYPES or not _has_nodes(x)
+def plain(x: Any) -> bool:
+    return type(x) in FAST_LEAF_TYPES or not _has_nodes(x)
 
 
 @dataclasses.dataclass(eq=False)
@@ -258,7 +271,7 @@ class Plan:
     """One remembered lowering (see the module docstring)."""
 
     key: PlanKey
-    number: int  # key_number(key): the fast jit's static argument
+    number: int  # key_number(key): names the fast jit of this structure
     n_args: int
     kw_names: tuple[str, ...]
     refs: tuple[tuple[int, "weakref.ref[Any]"], ...]
@@ -278,11 +291,32 @@ class Plan:
     context: tuple[Any, Any, Any, dict[str, Any]]
     # call(full, kwargs): the result, or MISS where the plan does not apply (``bind``).
     call: Callable[[tuple[Any, ...], dict[str, Any]], Any] = lambda full, kwargs: MISS
+    inline: tuple[Any, ...] | None = None
     finalizers: list[Any] = dataclasses.field(default_factory=list)
 
     def bind(self, jitted: Any) -> None:
-        """Make ``call`` this plan's call of ``jitted`` (see ``_plan_call``)."""
+        """Make ``call`` this plan's call of ``jitted`` (see ``_plan_call``), and
+        ``inline`` what ``nnx.jit``'s own call needs to serve the commonest call itself
+        (None where the call is not that one: see ``_plan_call``'s ``simple``)."""
         self.call = _plan_call(self, jitted)
+        self.inline = None
+        if len(self.ids) == 1 and self.n_args == 2 and not self.kw_names:
+            ((node_position, node_id),) = self.ids
+            if self.others == (1 - node_position,) and not self.snapshots and not self.donated:
+                updating, splits, merges, local = self.context
+                self.inline = (
+                    node_id,
+                    self.epoch,
+                    node_position,
+                    self.kept,
+                    jitted,
+                    self.thread,
+                    updating,
+                    splits,
+                    merges,
+                    local,
+                    self,
+                )
 
     def run(self, jitted: Any, full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         args = list(full)
@@ -290,7 +324,9 @@ class Plan:
             args[position] = None
         donated = [s._raw_value for s in self.donated] if self.donated else []
         kept = [s._raw_value for s in self.kept]
-        result = jitted(self.number, donated, kept, *args, **kwargs)
+        result = jitted(donated, kept, *args, **kwargs)
+        if len(result) == 1:
+            return result[0]
         if len(result) == 5:  # jax.Refs among the results (see refs_out)
             result = refs_in(result, (donated, kept, args, kwargs))
         return self.finish(full, *result)
@@ -321,9 +357,9 @@ def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, 
     attribute lookups (this function is the whole Python cost of a fast call)."""
     n_args, epoch, ids, others = plan.n_args, plan.epoch, plan.ids, plan.others
     kw_names, snapshots, positions = plan.kw_names, plan.snapshots, plan.key.positions
-    number, donated_vars, kept_vars = plan.number, plan.donated, plan.kept
+    donated_vars, kept_vars = plan.donated, plan.kept
     thread, (updating, splits, merges, local) = plan.thread, plan.context
-    counter, fast_types = _COUNTER, _FAST_LEAF_TYPES
+    counter, fast_types, finish = COUNTER, FAST_LEAF_TYPES, plan.finish
 
     def call(full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if len(full) != n_args or counter.epoch != epoch:
@@ -335,7 +371,7 @@ def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, 
             if type(full[position]) not in fast_types and _has_nodes(full[position]):
                 return MISS
         if (kwargs or kw_names) and (
-            tuple(sorted(kwargs)) != kw_names or not all(map(_plain, kwargs.values()))
+            tuple(sorted(kwargs)) != kw_names or not all(map(plain, kwargs.values()))
         ):
             return MISS
         if snapshots and not all(_signature(n, impl) == sig for n, impl, sig in snapshots):
@@ -356,23 +392,27 @@ def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, 
         args = list(full)
         for position in positions:
             args[position] = None
-        donated = [v._raw_value for v in donated_vars] if donated_vars else []
-        kept = [v._raw_value for v in kept_vars]
-        result = jitted(number, donated, kept, *args, **kwargs)
+        donated = list(map(raw_of, donated_vars))
+        kept = list(map(raw_of, kept_vars))
+        result = jitted(donated, kept, *args, **kwargs)
+        if len(result) == 1:
+            return result[0]
         if len(result) == 5:  # jax.Refs among the results (see refs_out)
-            return plan.finish(full, *refs_in(result, (donated, kept, args, kwargs)))
-        changed, updates, plain, slotted = result
-        if updates is None and not changed:
-            return plain if slotted is None else extract.raise_outputs(slotted)
-        return plan.finish(full, changed, updates, plain, slotted)
+            return finish(full, *refs_in(result, (donated, kept, args, kwargs)))
+        return finish(full, *result)
 
     if len(ids) != 1 or kw_names or snapshots or donated_vars:
         return call
     general = call
     ((node_position, node_id),) = ids
+    if n_args == 2:
+        other = 1 - node_position
+    else:
+        other = -1
 
     # The common call (one node argument, no keywords, nothing donated, no plain
-    # container to compare) from the building thread: the same checks, unrolled.
+    # container to compare) from the building thread: the same checks, unrolled; with
+    # two arguments the call is spelled out (no list of arguments built).
     def simple(full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kwargs or get_ident() != thread:
             return general(full, kwargs)
@@ -390,16 +430,20 @@ def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, 
                 return MISS
         if local["tmp_static_cache"] is not None:
             local["tmp_static_cache"] = None
-        args = list(full)
-        args[node_position] = None
-        kept = [v._raw_value for v in kept_vars]
-        result = jitted(number, [], kept, *args)
+        kept = list(map(raw_of, kept_vars))
+        if other == 1:
+            args: Any = (None, full[1])
+        elif other == 0:
+            args = (full[0], None)
+        else:
+            args = list(full)
+            args[node_position] = None
+        result = jitted([], kept, *args)
+        if len(result) == 1:
+            return result[0]
         if len(result) == 5:  # jax.Refs among the results (see refs_out)
-            return plan.finish(full, *refs_in(result, ([], kept, args, kwargs)))
-        changed, updates, plain, slotted = result
-        if updates is None and not changed:
-            return plain if slotted is None else extract.raise_outputs(slotted)
-        return plan.finish(full, changed, updates, plain, slotted)
+            return finish(full, *refs_in(result, ([], kept, args, kwargs)))
+        return finish(full, *result)
 
     return simple
 
@@ -457,11 +501,11 @@ def build_plan(
             if isinstance(arg, Variable) or low.meta is not None:
                 return None
             positions.append(i)
-        elif not _plain(arg):
+        elif not plain(arg):
             return None
         else:
             others.append(i)
-    if not all(map(_plain, kwargs.values())):
+    if not all(map(plain, kwargs.values())):
         return None
     walked = _walk(lowered.nodes)
     if walked is None:
@@ -549,6 +593,9 @@ class PlanCache:
         self.calls: list[Callable[..., Any]] = []  # each plan's ``call``, in order
         self.wasted = 0
         self.last_used = True
+        # The plan that served the last call, in the form nnx.jit's own call reads
+        # (Plan.inline), or None: cleared whenever a plan is added or dropped.
+        self.inline: tuple[Any, ...] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -571,6 +618,7 @@ class PlanCache:
                 f.detach()
         self.plans = [plan, *kept]
         self.calls = [p.call for p in self.plans]
+        self.inline = None
         plan.finalizers = [
             weakref.finalize(ref(), _drop, weakref.ref(self), weakref.ref(plan))
             for _, ref in plan.refs
@@ -582,3 +630,4 @@ def _drop(cache_ref: "weakref.ref[PlanCache]", plan_ref: "weakref.ref[Plan]") ->
     if cache is not None and plan is not None and plan in cache.plans:
         cache.plans.remove(plan)
         cache.calls = [p.call for p in cache.plans]
+        cache.inline = None

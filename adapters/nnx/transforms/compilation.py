@@ -11,6 +11,7 @@ NNX's jit traces Python scalars (``pm.jit`` makes them static) and takes shardin
 import functools
 import inspect
 import operator
+from _thread import get_ident
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar
 
@@ -22,7 +23,18 @@ from .. import _structure, extract, filterlib, graphlib, tracers
 from ..extract import NodeSlot, PrefixMapping, TreeState
 from ..statelib import State, to_flat_state
 from ..variablelib import Variable
-from ._jit_plan import MISS, PlanCache, build_plan, fast_pure, refs_in, refs_out
+from ._jit_plan import (
+    COUNTER,
+    FAST_LEAF_TYPES,
+    MISS,
+    PlanCache,
+    build_plan,
+    fast_pure,
+    plain,
+    raw_of,
+    refs_in,
+    refs_out,
+)
 from .general import raise_bound_method_error, resolve_bound_callable
 
 P = ParamSpec("P")
@@ -235,22 +247,28 @@ class JitWrapped(Generic[P, R]):
             inline=inline,
             **options,
         )
-        # The fast path (see _jit_plan): the same pure function behind a static PlanKey
-        # and two flat value lists (donated, kept); shardings take the full path.
+        # The fast path (see _jit_plan): per structure (a PlanKey's number), the same
+        # pure function of two flat value lists (donated, kept) and the other
+        # arguments; shardings take the full path.
         self.plans: PlanCache | None = None
+        self.fast_jits: dict[int, Any] = {}
         if in_shardings is None and out_shardings is None:
             self.plans = PlanCache()
-            self.fast_jitted = jax.jit(
-                fast_pure(pure),
-                static_argnums=(0, *_shift(self.static_nums, 3)),
-                static_argnames=self.static_names,
-                donate_argnums=(1, *_shift(self.donate_nums, 3)),
-                donate_argnames=self.donate_names,
-                keep_unused=keep_unused,
-                device=device,
-                backend=backend,
-                inline=inline,
-            )
+
+            def fast_jit(number: int) -> Any:
+                return jax.jit(
+                    fast_pure(pure, number),
+                    static_argnums=_shift(self.static_nums, 2),
+                    static_argnames=self.static_names,
+                    donate_argnums=(0, *_shift(self.donate_nums, 2)),
+                    donate_argnames=self.donate_names,
+                    keep_unused=keep_unused,
+                    device=device,
+                    backend=backend,
+                    inline=inline,
+                )
+
+            self.fast_jit = fast_jit
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
@@ -349,11 +367,38 @@ class JitWrapped(Generic[P, R]):
             pargs, pkwargs, lowered = self._lower(args, kwargs)
             updates, out = refs_in(self.jitted(*pargs, **pkwargs), (pargs, pkwargs))
             return lowered.finish(updates, out)
+        inline = plans.inline
+        if inline is not None and not kwargs and len(args) == 2:
+            # The commonest call, f(node, x), served here by the plan of the last call:
+            # its checks (see _jit_plan's ``simple``) in one frame.
+            node_id, epoch, pos, kept_vars, jitted, thread, updating, splits, merges, local, p = (
+                inline
+            )
+            other = args[1 - pos]
+            if (
+                id(args[pos]) == node_id
+                and COUNTER.epoch == epoch
+                and get_ident() == thread
+                and not (updating or splits or merges)
+                and (type(other) in FAST_LEAF_TYPES or plain(other))
+            ):
+                if local["tmp_static_cache"] is not None:
+                    local["tmp_static_cache"] = None
+                kept = list(map(raw_of, kept_vars))
+                rest = (None, other) if pos == 0 else (other, None)
+                result = jitted([], kept, *rest)
+                if len(result) == 1:
+                    return result[0]
+                if len(result) == 5:  # jax.Refs among the results (see refs_out)
+                    return p.finish(args, *refs_in(result, ([], kept, rest, {})))
+                return p.finish(args, *result)
         full = (*self.partial_args, *args) if self.partial_args else args
-        for call in plans.calls:
+        for p, call in zip(plans.plans, plans.calls):
             result = call(full, kwargs)
             if result is not MISS:
                 plans.last_used = True
+                if not self.partial_args:
+                    plans.inline = p.inline
                 return result
         return self._call_full(plans, full, args, kwargs)
 
@@ -373,8 +418,11 @@ class JitWrapped(Generic[P, R]):
             return lowered.finish(updates, out)
         # A call that can take the fast path takes it now, so that later calls reuse
         # this trace; the plan is kept if the call changed no structure.
-        plan.bind(self.fast_jitted)
-        result = plan.run(self.fast_jitted, full, kwargs)
+        jitted = self.fast_jits.get(plan.number)
+        if jitted is None:
+            jitted = self.fast_jits[plan.number] = self.fast_jit(plan.number)
+        plan.bind(jitted)
+        result = plan.run(jitted, full, kwargs)
         if _structure.epoch() == epoch:
             plans.add(plan)
         else:
@@ -458,8 +506,13 @@ def _constrain_slots(out: Any, prefix: Any) -> Any:
 def _constrain_group(values: tuple[Any, ...], shardings: Any) -> tuple[Any, ...]:
     if not isinstance(shardings, tuple):
         shardings = (shardings,) * len(values)
-    if len(shardings) != len(values):
-        return values
+    if values and len(shardings) != len(values):  # (no values: a node returned again)
+        raise ValueError(
+            "jit: out_shardings is not a prefix of the output: a returned node has "
+            f"{len(values)} state leaves where its out_shardings entry gives "
+            f"{len(shardings)} shardings. Give one sharding for the whole node, a "
+            "StateSharding, or a tree of the node's own structure."
+        )
     return tuple(_constrain_leaf(v, s) for v, s in zip(values, shardings))
 
 
@@ -585,144 +638,3 @@ def jit_partial(
         graph_updates=updates,
         partial_args=partial_args,
     )
-
-
-def _leaf_specs(lowered: Any, pargs: Any, in_specs: Any, args: tuple[Any, ...]) -> list[Any]:
-    """The spec of each leaf of the joint state, from the slot (and its prefix) that
-    carries it: the out spec of that Variable's update."""
-    by_path: dict[Any, Any] = {}
-    specs = in_specs if isinstance(in_specs, (tuple, list)) else (in_specs,) * len(args)
-    for i, (arg, spec) in enumerate(zip(args, specs)):
-        flat = extract.broadcast_prefix(
-            spec, arg, prefix_is_leaf=lambda x: x is None or _is_prefix_leaf(x)
-        )
-        for slot, p in zip(_slots_of(jax.tree.leaves(pargs[i], is_leaf=extract.is_slot)), flat):
-            for g, paths in enumerate(slot.info.paths):
-                for j, path in enumerate(paths):
-                    by_path[(slot.info.index, *path)] = _spec_for(p, g, j, path)
-    return [by_path.get(path) for path in lowered.paths]
-
-
-def _slots_of(leaves: list[Any]) -> list[NodeSlot]:
-    return [x for x in leaves if isinstance(x, NodeSlot)]
-
-
-def _spec_for(prefix: Any, group: int, j: int, path: Any) -> Any:
-    if isinstance(prefix, StateSharding):
-        return prefix.shardings[group]
-    if isinstance(prefix, TreeState):
-        return dict(to_flat_state(prefix.state)).get(tuple(path))
-    if extract.is_node_leaf(prefix):
-        return jax.tree.leaves(prefix)[j]
-    return prefix
-
-
-def shard_map(
-    f: Any = extract.Missing,
-    *,
-    mesh: Any,
-    in_specs: Any,
-    out_specs: Any,
-    axis_names: Any = frozenset(),
-    check_vma: bool = True,
-    graph: bool | None = None,
-    graph_updates: bool | None = None,
-) -> Any:
-    """``jax.shard_map`` over functions of Modules: ``in_specs`` take ``StateSharding``
-    (graph updates) and ``nnx.prefix`` trees in a node's place; the Variables the function
-    changes come back with their input's spec."""
-    graph, updates = extract.resolve_modes(graph, graph_updates)
-    if f is extract.Missing:
-        return functools.partial(
-            shard_map,
-            mesh=mesh,
-            in_specs=in_specs,
-            out_specs=out_specs,
-            axis_names=axis_names,
-            check_vma=check_vma,
-            graph=graph,
-            graph_updates=updates,
-        )
-    fun, _, was_bound = resolve_bound_callable(f)
-    if was_bound:
-        raise_bound_method_error("shard_map")
-    extract.check_prefix(in_specs, "in_specs", "shard_map", graph, updates)
-    extract.check_prefix(out_specs, "out_specs", "shard_map", graph, updates)
-    head = jax.sharding.PartitionSpec()
-    jax_in_specs = to_jax_prefix(in_specs, head)
-    jax_out_specs = to_jax_prefix(out_specs, head)
-    groups = any(
-        isinstance(x, StateSharding) for x in jax.tree.leaves(in_specs, is_leaf=_is_prefix_leaf)
-    )
-
-    @functools.wraps(fun)
-    def wrapper(*args: Any) -> Any:
-        node_prefix = _arg_node_prefixes(in_specs, args) if groups else None
-
-        def group(keypath: Any, path: Any, leaf: Any) -> int:
-            p = node_prefix(keypath) if node_prefix else None
-            return p.group(path, leaf) if isinstance(p, StateSharding) else 0
-
-        def n_groups(keypath: Any) -> int:
-            p = node_prefix(keypath) if node_prefix else None
-            return len(p.filters) if isinstance(p, StateSharding) else 1
-
-        def meta(keypath: Any) -> Any:
-            p = node_prefix(keypath) if node_prefix else None
-            return p if isinstance(p, StateSharding) else None
-
-        if in_specs is not None:
-            extract.check_prefix_aliasing(
-                args, tuple(in_specs) if isinstance(in_specs, list) else in_specs
-            )
-        pargs, lowered = extract.lower(
-            args,
-            graph=graph,
-            graph_updates=updates,
-            name="shard_map",
-            keep_all=lambda _: True,
-            group=group if groups else None,
-            n_groups=n_groups if groups else None,
-            meta=meta if groups else None,
-        )
-        specs = _leaf_specs(lowered, pargs, in_specs, args)
-        variable_specs = [s for s, leaf in zip(specs, lowered.leaves) if isinstance(leaf, Variable)]
-        indices = tuple(i for i, leaf in enumerate(lowered.leaves) if isinstance(leaf, Variable))
-        update_specs = extract.Updates(indices, variable_specs)
-
-        def pure(*pargs: Any) -> Any:
-            a, raised = extract.raise_inputs(
-                pargs, graph=graph, graph_updates=updates, name="shard_map"
-            )
-            return raised.lower_outputs(fun(*a))
-
-        mapped = jax.shard_map(
-            pure,
-            mesh=mesh,
-            in_specs=jax_in_specs,
-            out_specs=(update_specs, jax_out_specs),
-            axis_names=axis_names,
-            check_vma=check_vma,
-        )
-        changes, out = mapped(*pargs)
-        return lowered.finish(changes, out)
-
-    return wrapper
-
-
-def _arg_node_prefixes(in_specs: Any, args: tuple[Any, ...]) -> Callable[[Any], Any]:
-    specs = in_specs if isinstance(in_specs, (tuple, list)) else (in_specs,) * len(args)
-
-    def lookup(keypath: Any) -> Any:
-        i = keypath[0].idx
-        arg = args[i]
-        flat = extract.broadcast_prefix(
-            specs[i], arg, prefix_is_leaf=lambda x: x is None or _is_prefix_leaf(x)
-        )
-        target = _follow(arg, keypath[1:])
-        for leaf, p in zip(jax.tree_util.tree_leaves(arg, is_leaf=extract.is_node_leaf), flat):
-            if leaf is target:
-                return p
-        return None
-
-    return lookup

@@ -342,6 +342,22 @@ def test_out_shardings_state_sharding_of_a_returned_node() -> None:
     np.testing.assert_allclose(y, np.ones(2))
 
 
+def test_out_shardings_of_another_structure_than_the_returned_node_is_an_error() -> None:
+    mesh = jax.sharding.Mesh(jax.devices()[:1], ("d",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    no_bias = nnx.Linear(2, 2, use_bias=False, rngs=nnx.Rngs(0))  # one leaf, not two
+    prefix = jax.tree.map(lambda _: sharding, no_bias)
+
+    @nnx.jit(out_shardings=prefix, graph=False)
+    def make() -> nnx.Linear:
+        return nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+
+    with pytest.raises(
+        ValueError, match="has 2 state leaves where its out_shardings entry gives 1"
+    ):
+        make()
+
+
 def test_a_compiled_call_returns_the_callers_ref_after_a_static_argument() -> None:
     v = nnx.Variable(jnp.zeros(2), ref=True)
     ref = v.get_raw_value()
@@ -353,3 +369,75 @@ def test_a_compiled_call_returns_the_callers_ref_after_a_static_argument() -> No
     compiled = nnx.jit(add, static_argnums=0).lower(3, v).compile()
     assert compiled(3, v) is ref
     np.testing.assert_allclose(v[...], 3.0 * np.ones(2))
+
+
+# ------------------------------------------------- the call nnx.jit serves in one frame
+
+
+def _inline_ready(graph: bool = True, node_first: bool = True) -> tuple[Any, Any, list[int]]:
+    """A jitted f(block, x) (or f(x, block)) called twice: the second call sets up
+    the one-frame path that the third and later calls take."""
+    traces = [0]
+
+    def f(a: Any, b: Any) -> jax.Array:
+        traces[0] += 1
+        block, x = (a, b) if node_first else (b, a)
+        return block(x)
+
+    jitted, m = nnx.jit(f, graph=graph), Block(2.0)
+    for _ in range(2):
+        jitted(m, jnp.ones(3)) if node_first else jitted(jnp.ones(3), m)
+    assert jitted.plans.inline is not None
+    return jitted, m, traces
+
+
+@pytest.mark.parametrize("node_first", [True, False])
+@pytest.mark.parametrize("graph", [True, False])
+def test_the_one_frame_call_writes_back_and_reads_outside_changes(
+    graph: bool, node_first: bool
+) -> None:
+    f, m, traces = _inline_ready(graph, node_first)
+    m.w[...] = jnp.full((3,), 5.0)  # a value change outside: read by the next call
+    x = jnp.arange(3.0)
+    out = f(m, x) if node_first else f(x, m)
+    np.testing.assert_allclose(out, 5.0 * np.arange(3.0))
+    assert int(m.calls[...]) == 3 and traces[0] == 1
+
+
+def test_the_one_frame_call_is_dropped_with_a_dead_model() -> None:
+    f, m, traces = _inline_ready()
+    del m
+    gc.collect()
+    assert f.plans.inline is None and f.plans.plans == []
+    other = Block(3.0)  # may reuse the dead model's id: the full path serves it
+    np.testing.assert_allclose(f(other, jnp.ones(3)), 3.0 * np.ones(3))
+    assert int(other.calls[...]) == 1  # (the same structure: no new trace)
+    assert traces[0] == 1 and f.plans.inline is None
+
+
+def test_the_one_frame_call_defers_to_other_threads_and_open_contexts() -> None:
+    import threading
+
+    f, m, traces = _inline_ready()
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(f(m, jnp.ones(3))))
+    worker.start()
+    worker.join()
+    with nnx.update_context("test"):  # a graph context open: the full path
+        inside = f(m, jnp.ones(3))
+    np.testing.assert_allclose(results[0], 2.0 * np.ones(3))
+    np.testing.assert_allclose(inside, 2.0 * np.ones(3))
+    assert int(m.calls[...]) == 4 and traces[0] == 1
+
+
+def test_the_one_frame_call_returns_refs_made_inside() -> None:
+    def f(block: Block, x: jax.Array) -> Any:
+        return block(x), jax.new_ref(x)
+
+    jitted, m = nnx.jit(f), Block(2.0)
+    for _ in range(3):
+        out, ref = jitted(m, jnp.ones(3))
+        np.testing.assert_allclose(out, 2.0 * np.ones(3))
+        assert isinstance(ref, jax.Ref)
+        np.testing.assert_allclose(ref[...], np.ones(3))
+    assert int(m.calls[...]) == 3
