@@ -367,16 +367,17 @@ class JitWrapped(Generic[P, R]):
             pargs, pkwargs, lowered = self._lower(args, kwargs)
             updates, out = refs_in(self.jitted(*pargs, **pkwargs), (pargs, pkwargs))
             return lowered.finish(updates, out)
+        full = (*self.partial_args, *args) if self.partial_args else args
         inline = plans.inline
-        if inline is not None and not kwargs and len(args) == 2:
+        if inline is not None and not kwargs and len(full) == 2:
             # The commonest call, f(node, x), served here by the plan of the last call:
             # its checks (see _jit_plan's ``simple``) in one frame.
             node_id, epoch, pos, kept_vars, jitted, thread, updating, splits, merges, local, p = (
                 inline
             )
-            other = args[1 - pos]
+            other = full[1 - pos]
             if (
-                id(args[pos]) == node_id
+                id(full[pos]) == node_id
                 and COUNTER.epoch == epoch
                 and get_ident() == thread
                 and not (updating or splits or merges)
@@ -390,15 +391,13 @@ class JitWrapped(Generic[P, R]):
                 if len(result) == 1:
                     return result[0]
                 if len(result) == 5:  # jax.Refs among the results (see refs_out)
-                    return p.finish(args, *refs_in(result, ([], kept, rest, {})))
-                return p.finish(args, *result)
-        full = (*self.partial_args, *args) if self.partial_args else args
+                    return p.finish(full, *refs_in(result, ([], kept, rest, {})))
+                return p.finish(full, *result)
         for p, call in zip(plans.plans, plans.calls):
             result = call(full, kwargs)
             if result is not MISS:
                 plans.last_used = True
-                if not self.partial_args:
-                    plans.inline = p.inline
+                plans.inline = p.inline
                 return result
         return self._call_full(plans, full, args, kwargs)
 

@@ -441,3 +441,18 @@ def test_the_one_frame_call_returns_refs_made_inside() -> None:
         assert isinstance(ref, jax.Ref)
         np.testing.assert_allclose(ref[...], np.ones(3))
     assert int(m.calls[...]) == 3
+
+
+def test_cached_partial_calls_take_the_one_frame_path() -> None:
+    def f(block: Block, x: jax.Array) -> jax.Array:
+        return block(x)
+
+    m = Block(2.0)
+    jitted = nnx.jit(f)
+    cached = nnx.cached_partial(jitted, m)
+    for _ in range(3):
+        np.testing.assert_allclose(cached(jnp.ones(3)), 2.0 * np.ones(3))
+    assert jitted.plans.inline is not None  # (cached_partial calls the jitted function)
+    m.w[...] = jnp.full((3,), 4.0)
+    np.testing.assert_allclose(cached(jnp.ones(3)), 4.0 * np.ones(3))
+    assert int(m.calls[...]) == 4
