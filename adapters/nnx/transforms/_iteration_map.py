@@ -10,6 +10,7 @@ donated arguments' state is its own argument of the mapped function, donated to
 ``pm.pmap``; its static arguments stay out of the lowering.
 """
 
+import collections
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -210,6 +211,7 @@ def map_call(
     if graph and graph_updates:
         sort_attributes(low.nodes)
     split, values = split_nodes(low.nodes, low.prefixes)
+    check_sizes(fn_name, f, low, split, values)
     mapped = [i for i, a in enumerate(low.plain_axes) if a is not None]
     don_nodes = {i for i, p in enumerate(low.paths) if _head(p) in donated}
     value_don = [e.path[0] in don_nodes for e in split.entries for _ in range(e.count)]
@@ -264,6 +266,81 @@ def map_call(
         low.nodes,
         flat[n_after + n_out :],
     )
+
+
+def mapped_sizes(
+    f: Callable[..., Any], low: Lowered, split: Split, values: Sequence[Any]
+) -> list[tuple[int, int, str]]:
+    """``(size, axis, "argument x.kernel of type float32[4,2]")`` of every mapped array
+    among the lowered arguments, named as the user wrote them (a Variable by its node's
+    argument and its path in the node); arrays without the axis are left out (the
+    ``pm`` transform's own check reports them)."""
+    found: list[tuple[int, int, str]] = []
+    name = _argument_namer(f)
+    i = 0
+    for e in split.entries:
+        value, i = values[i], i + e.count
+        if isinstance(e.axis, int) and hasattr(value, "shape"):
+            inner = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in e.path[1:])
+            found.append(_mapped(value, e.axis, name(low.paths[e.path[0]]) + inner))
+    for path, axis, value in zip(low.plain_paths, low.plain_axes, low.plain):
+        if isinstance(axis, int) and hasattr(value, "shape"):
+            found.append(_mapped(value, axis, name(path)))
+    return [x for x in found if x[0] >= 0]
+
+
+def check_sizes(
+    fn_name: str, f: Callable[..., Any], low: Lowered, split: Split, values: Sequence[Any]
+) -> None:
+    """JAX's error for mapped axes of different sizes, naming the user's arguments,
+    before the lowered values reach ``pm.vmap``/``pm.pmap`` (whose own error would name
+    the lowered lists)."""
+    found = mapped_sizes(f, low, split, values)
+    sizes = [size for size, _, _ in found]
+    if len(set(sizes)) <= 1:
+        return
+    lines = []
+    for k, (size, count) in enumerate(collections.Counter(sizes).most_common()):
+        _, axis, where = next(x for x in found if x[0] == size)
+        if count == 1:
+            lines.append(f"  * one axis had size {size}: axis {axis} of {where}")
+        else:
+            which = "most" if k == 0 else "some"
+            lines.append(
+                f"  * {which} axes ({count} of them) had size {size}, e.g. axis {axis} of {where}"
+            )
+    raise ValueError(
+        f"{fn_name} got inconsistent sizes for array axes to be mapped:\n" + ";\n".join(lines)
+    )
+
+
+def _mapped(value: Any, axis: int, where: str) -> tuple[int, int, str]:
+    """``(size, axis, description)`` of a mapped value (size -1: no such axis, which
+    ``pm.vmap``'s own check reports)."""
+    shape = value.shape
+    if not -len(shape) <= axis < len(shape):
+        return -1, axis, where
+    kind = f"{value.dtype}[{','.join(map(str, shape))}]"
+    return shape[axis], axis % len(shape), f"{where} of type {kind}"
+
+
+def _argument_namer(f: Callable[..., Any]) -> Callable[[Any], str]:
+    """A key path into the arguments, written as JAX writes it: ``argument x['a']`` (by
+    the parameter's name where the signature gives one), else ``args[0]['a']``."""
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in params if p.kind in positional]
+
+    def name(path: Any) -> str:
+        i = getattr(path[0], "idx", None) if path else None
+        if i is not None and i < len(names):
+            return f"argument {names[i]}{jax.tree_util.keystr(tuple(path[1:]))}"
+        return f"args{jax.tree_util.keystr(tuple(path))}"
+
+    return name
 
 
 def _partition(mask: Sequence[bool], items: Sequence[Any]) -> tuple[list[Any], list[Any]]:

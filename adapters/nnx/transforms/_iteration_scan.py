@@ -32,6 +32,7 @@ from ._iteration_map import (
     check_inputs,
     check_outputs,
     default_mode,
+    mapped_sizes,
     rebuild_output,
     reject_bound_method,
     resolve_kwargs,
@@ -285,11 +286,24 @@ def _make_body(f: Callable[..., Any], spec: Any, opts: dict[str, Any]) -> Callab
     return body
 
 
+def _check_lengths(f: Any, low: Lowered, split: Split, values: list[Any]) -> None:
+    """``lax.scan``'s error for scanned inputs of different lengths, then where each
+    length was found, named as the user wrote the arguments."""
+    found = mapped_sizes(f, low, split, values)
+    if len({size for size, _, _ in found}) > 1:
+        where = "; ".join(f"{w} has {size} along axis {axis}" for size, axis, w in found)
+        raise ValueError(
+            "scan got values with different leading axis sizes: "
+            f"{', '.join(str(size) for size, _, _ in found)}. ({where})"
+        )
+
+
 def _run(args: tuple[Any, ...], spec: Any, opts: dict[str, Any]) -> Any:
     low = lower(args, spec)
     if opts["graph"] and opts["graph_updates"]:
         sort_attributes(low.nodes)
     split, values = split_nodes(low.nodes, low.prefixes)
+    _check_lengths(opts["f"], low, split, values)
     plan = _Plan(low, split)
     carry = (
         _Static(plan),
@@ -393,6 +407,7 @@ def scan(
         )
     spec = (Carry,) if in_axes is Carry else in_axes
     opts = {
+        "f": f,
         "length": length,
         "reverse": reverse,
         "unroll": unroll,

@@ -1,0 +1,45 @@
+"""Errors of NNX's mapped and scanned transforms name the arguments as the user wrote
+them (parameter names, a Module's Variables by their path), in JAX's words."""
+
+import jax.numpy as jnp
+import pytest
+
+from adapters import nnx
+
+
+def test_vmap_sizes_that_disagree_name_the_parameters() -> None:
+    layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+
+    @nnx.vmap(in_axes=(None, 0, 0))
+    def f(model: nnx.Linear, x: jnp.ndarray, bias: jnp.ndarray) -> jnp.ndarray:
+        return model(x) + bias
+
+    with pytest.raises(ValueError, match="vmap got inconsistent sizes") as info:
+        f(layer, jnp.ones((4, 2)), jnp.ones((5, 3)))
+    message = str(info.value)
+    assert "one axis had size 4: axis 0 of argument x of type float32[4,2]" in message
+    assert "one axis had size 5: axis 0 of argument bias of type float32[5,3]" in message
+
+
+def test_vmap_sizes_name_a_mapped_module_variable_and_count_the_majority() -> None:
+    layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))  # mapped over axis 0: kernel has 2, bias 3
+
+    @nnx.vmap(in_axes=(0, 0))
+    def f(model: nnx.Linear, xs: dict) -> jnp.ndarray:
+        return xs["a"]
+
+    with pytest.raises(ValueError, match="inconsistent sizes") as info:
+        f(layer, {"a": jnp.ones((2, 1)), "b": jnp.ones((2, 1))})
+    message = str(info.value)
+    assert "most axes (3 of them) had size 2, e.g. axis 0 of" in message
+    assert "one axis had size 3: axis 0 of argument model.bias of type float32[3]" in message
+
+
+def test_scan_lengths_that_disagree_say_where_each_was_found() -> None:
+    @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+    def g(carry: jnp.ndarray, xs: dict) -> tuple[jnp.ndarray, jnp.ndarray]:
+        return carry, xs["a"]
+
+    with pytest.raises(ValueError, match="different leading axis sizes: 4, 5") as info:
+        g(jnp.ones(2), {"a": jnp.ones((4, 2)), "b": jnp.ones((5,))})
+    assert "argument xs['b'] of type float32[5] has 5 along axis 0" in str(info.value)
