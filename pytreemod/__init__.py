@@ -57,6 +57,7 @@ from ._meta import AxisMetadata as AxisMetadata
 from ._meta import add_axis as add_axis
 from ._meta import is_box as is_box
 from ._meta import map_boxes as map_boxes
+from ._meta import register_axis_metadata as register_axis_metadata
 from ._meta import remove_axis as remove_axis
 from ._meta import unbox as unbox
 from ._module import BoundMethod as BoundMethod
@@ -144,6 +145,7 @@ _LAZY: dict[str, str] = {
     "pmap": "._transforms_map",
     "vmap": "._transforms_map",
     "scan": "._transforms_scan",
+    "shard_map": "._transforms_shard",
 }
 
 if _typing.TYPE_CHECKING:
@@ -199,6 +201,7 @@ if _typing.TYPE_CHECKING:
     from ._transforms_map import pmap as pmap
     from ._transforms_map import vmap as vmap
     from ._transforms_scan import scan as scan
+    from ._transforms_shard import shard_map as shard_map
 
 
 def __getattr__(name: str) -> object:

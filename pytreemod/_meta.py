@@ -84,12 +84,76 @@ def map_boxes(fn: Callable[["AxisMetadata"], Any], tree: Any) -> Any:
     return jtu.tree_map(lambda x: fn(x) if is_box(x) else x, tree, is_leaf=is_box)
 
 
+AxisFn = Callable[[Any, int, Mapping[Any, Any]], Any]
+"""``fn(x, index, params)``: what ``x`` becomes when a transform adds (removes) axis
+``index`` with ``metadata_params`` ``params``."""
+
+_AXIS_TYPES: dict[type, tuple[AxisFn, AxisFn]] = {}  # registered classes
+_AXIS_FOUND: dict[type, tuple[AxisFn, AxisFn] | None] = {}  # per class, through its MRO
+
+
+def register_axis_metadata(cls: type, *, add_axis: AxisFn, remove_axis: AxisFn) -> None:
+    """Make the instances of ``cls`` (subclasses included) take part in ``pm.add_axis``
+    and ``pm.remove_axis`` beside the ``AxisMetadata`` boxes.
+
+    For a class that carries per-axis metadata but is not a box, such as an adapter's
+    Variable with its own method names: the walk stops at an instance ``x`` and puts
+    ``add_axis(x, index, params)`` (``remove_axis(x, index, params)``) in its place.
+
+    >>> import pytreemod as pm
+    >>> class Named:
+    ...     def __init__(self, names): self.names = names
+    >>> pm.register_axis_metadata(
+    ...     Named,
+    ...     add_axis=lambda x, i, p: Named(x.names[:i] + (p[pm.PARTITION_NAME],) + x.names[i:]),
+    ...     remove_axis=lambda x, i, p: Named(x.names[:i] + x.names[i + 1 :]),
+    ... )
+    >>> pm.add_axis([Named(("a",))], 0, {pm.PARTITION_NAME: "layers"})[0].names
+    ('layers', 'a')
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"register_axis_metadata: expected a class, got {cls!r}.")
+    _AXIS_TYPES[cls] = (add_axis, remove_axis)
+    _AXIS_FOUND.clear()
+
+
+def _registered(x: Any) -> tuple[AxisFn, AxisFn] | None:
+    cls = type(x)
+    try:
+        return _AXIS_FOUND[cls]
+    except KeyError:
+        found = next((_AXIS_TYPES[c] for c in cls.__mro__ if c in _AXIS_TYPES), None)
+        _AXIS_FOUND[cls] = found
+        return found
+
+
+def _has_axes(x: Any) -> bool:
+    return isinstance(x, AxisMetadata) or (bool(_AXIS_TYPES) and _registered(x) is not None)
+
+
+def _change_axis(tree: Any, index: int, params: Mapping[Any, Any] | None, add: bool) -> Any:
+    """The one walk behind ``add_axis``/``remove_axis``: every box, and every instance
+    of a class registered with ``register_axis_metadata``, replaced by its new self."""
+    p: Mapping[Any, Any] = {} if params is None else params
+
+    def one(x: Any) -> Any:
+        if isinstance(x, AxisMetadata):
+            return x.add_axis(index, p) if add else x.remove_axis(index, p)
+        fns = _registered(x) if _AXIS_TYPES else None
+        if fns is None:
+            return x
+        return fns[0 if add else 1](x, index, p)
+
+    return jtu.tree_map(one, tree, is_leaf=_has_axes)
+
+
 def add_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) -> Any:
     """Call ``box.add_axis(index, params)`` on every ``AxisMetadata`` box in ``tree``.
 
     The one implementation of a transform adding an axis to boxed values: ``pm.vmap`` and
     ``pm.scan`` call it on their mapped outputs with their ``metadata_params``. Only the
     metadata changes; the boxed values are left as they are. Inverse of ``remove_axis``.
+    Instances of classes given to ``register_axis_metadata`` take part too.
 
     >>> import jax.numpy as jnp
     >>> import pytreemod as pm
@@ -97,8 +161,7 @@ def add_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) -> 
     >>> pm.add_axis(tree, 0, {pm.PARTITION_NAME: "layers"})["w"].names
     ('layers', 'embed', 'mlp')
     """
-    p: Mapping[Any, Any] = {} if params is None else params
-    return map_boxes(lambda b: b.add_axis(index, p), tree)
+    return _change_axis(tree, index, params, add=True)
 
 
 def remove_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) -> Any:
@@ -106,7 +169,8 @@ def remove_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) 
 
     ``pm.vmap`` and ``pm.scan`` call it on mapped inputs with their ``metadata_params``.
     Inverse of ``add_axis``; a box whose axis ``index`` does not carry the name in
-    ``params`` raises ``AxisMetadataError``.
+    ``params`` raises ``AxisMetadataError``. Instances of classes given to
+    ``register_axis_metadata`` take part too.
 
     >>> import jax.numpy as jnp
     >>> import pytreemod as pm
@@ -114,8 +178,7 @@ def remove_axis(tree: Any, index: int, params: Mapping[Any, Any] | None = None) 
     >>> pm.remove_axis(tree, 0, {pm.PARTITION_NAME: "layers"})["w"].names
     ('embed', 'mlp')
     """
-    p: Mapping[Any, Any] = {} if params is None else params
-    return map_boxes(lambda b: b.remove_axis(index, p), tree)
+    return _change_axis(tree, index, params, add=False)
 
 
 def slot_value(slot: Any) -> Any:

@@ -212,7 +212,7 @@ from .transforms.autodiff import vjp as vjp
 from .transforms.compilation import StateSharding as StateSharding
 from .transforms.compilation import jit as jit
 from .transforms.compilation import jit_partial as jit_partial
-from .transforms.compilation import shard_map as shard_map
+from .transforms._shard_map import shard_map as shard_map
 from .transforms.iteration import Carry as Carry
 from .transforms.iteration import StateAxes as StateAxes
 from .transforms.iteration import fori_loop as fori_loop

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from . import graphlib, module, rnglib, spmd
-from .transforms import autodiff, compilation, iteration, transforms
+from .transforms import _shard_map, autodiff, compilation, iteration, transforms
 
 # (source module, name, defaults); looked up when first used, so a name the source
 # module does not define (yet) is simply missing here too.
@@ -35,7 +35,7 @@ _TABLE: tuple[tuple[ModuleType, str, dict[str, bool]], ...] = (
     (rnglib, "reseed", _GRAPH),
     (rnglib, "backup_keys", _GRAPH),
     (compilation, "jit", _UPDATES),
-    (compilation, "shard_map", _UPDATES),
+    (_shard_map, "shard_map", _UPDATES),
     (autodiff, "grad", _UPDATES),
     (autodiff, "value_and_grad", _UPDATES),
     (autodiff, "custom_vjp", _UPDATES),

@@ -12,7 +12,8 @@ Transforms that add or remove an axis of every Variable (``nnx.vmap``, ``nnx.sca
 ``add_axis``/``remove_axis`` with their ``transform_metadata``: the axis named
 ``transform_metadata[PARTITION_NAME]`` is inserted into (or taken out of) ``out_sharding``
 at the mapped index, and every other entry of ``transform_metadata`` does the same to the
-Variable's metadata tuple of that name.
+Variable's metadata tuple of that name. They are pytreemod's one walk (``pm.add_axis``/
+``pm.remove_axis``), with ``Variable`` registered with it (``pm.register_axis_metadata``).
 """
 
 import warnings
@@ -77,42 +78,53 @@ def _metadata_tuples(v: Variable, others: Mapping[Any, Any]) -> list[tuple[Any, 
     return found
 
 
+def _add_variable_axis(x: Variable, index: int, transform_metadata: Mapping[Any, Any]) -> Variable:
+    axis_name, others = _partition_name(transform_metadata)
+    sharding = x.get_metadata("out_sharding", None)
+    if sharding:
+        x.set_metadata("out_sharding", _inserted(sharding, index, axis_name))
+    for name, current in _metadata_tuples(x, others):
+        x.set_metadata(name, _inserted(current, index, others[name]))
+    x.add_axis(index, axis_name)
+    return x
+
+
+def _remove_variable_axis(
+    x: Variable, index: int, transform_metadata: Mapping[Any, Any]
+) -> Variable:
+    axis_name, others = _partition_name(transform_metadata)
+    sharding = x.get_metadata("out_sharding", None)
+    if sharding is not None:
+        x.set_metadata("out_sharding", _removed(sharding, index, axis_name))
+    for name, current in _metadata_tuples(x, others):
+        x.set_metadata(name, _removed(current, index, others[name]))
+    x.remove_axis(index, axis_name)
+    return x
+
+
+# pytreemod's one walk (``pm.add_axis``/``pm.remove_axis``) stops at a Variable and calls
+# these (``Variable.add_axis(axis_index, axis_name)`` is Flax's hook runner, a different
+# signature from a box's ``add_axis(index, params)``).
+pm.register_axis_metadata(Variable, add_axis=_add_variable_axis, remove_axis=_remove_variable_axis)
+
+
 def add_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
     """Insert the transform's axis at ``index`` into every Variable of ``tree``: into its
     ``out_sharding`` (the name ``transform_metadata[PARTITION_NAME]``) and its other
-    metadata tuples named in ``transform_metadata``; then call ``Variable.add_axis``."""
-    axis_name, others = _partition_name(transform_metadata)
-
-    def one(x: Any) -> Any:
-        if isinstance(x, Variable):
-            sharding = x.get_metadata("out_sharding", None)
-            if sharding:
-                x.set_metadata("out_sharding", _inserted(sharding, index, axis_name))
-            for name, current in _metadata_tuples(x, others):
-                x.set_metadata(name, _inserted(current, index, others[name]))
-            x.add_axis(index, axis_name)
-        return x
-
-    return jax.tree.map(one, tree, is_leaf=_is_variable)
+    metadata tuples named in ``transform_metadata``; then call ``Variable.add_axis`` (the
+    ``on_add_axis`` hooks). The walk is ``pm.add_axis``'s (axis-metadata boxes outside
+    Variables get their own ``add_axis``)."""
+    _partition_name(transform_metadata)  # Flax's error, whatever the tree holds
+    return pm.add_axis(tree, index, transform_metadata)
 
 
 def remove_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
     """Undo ``add_axis``: take the transform's axis out of every Variable's ``out_sharding``
     and metadata tuples at ``index`` (a ``ValueError`` if another name is there), then call
-    ``Variable.remove_axis``."""
-    axis_name, others = _partition_name(transform_metadata)
-
-    def one(x: Any) -> Any:
-        if isinstance(x, Variable):
-            sharding = x.get_metadata("out_sharding", None)
-            if sharding is not None:
-                x.set_metadata("out_sharding", _removed(sharding, index, axis_name))
-            for name, current in _metadata_tuples(x, others):
-                x.set_metadata(name, _removed(current, index, others[name]))
-            x.remove_axis(index, axis_name)
-        return x
-
-    return jax.tree.map(one, tree, is_leaf=_is_variable)
+    ``Variable.remove_axis`` (the ``on_remove_axis`` hooks); the walk is
+    ``pm.remove_axis``'s."""
+    _partition_name(transform_metadata)
+    return pm.remove_axis(tree, index, transform_metadata)
 
 
 # ----------------------------------------------------------------------------- annotations
