@@ -19,10 +19,11 @@ import contextvars
 import functools
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 import jax
 import jax.tree_util as jtu
+import numpy as np
 from jax.core import Tracer
 
 from ._sharding._policy import explicit_mesh_policy
@@ -80,7 +81,13 @@ def _static_key(value: Any) -> Any:
 _entries: dict[Any, Any] = {}  # key -> jitted replay, or None: call the function as is
 
 
-def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
+@overload
+def trace_once(fn: Callable[P, R], /, *, inline: bool = False) -> Callable[P, R]: ...
+@overload
+def trace_once(
+    fn: None = None, /, *, inline: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def trace_once(fn: Callable[P, R] | None = None, /, *, inline: bool = False) -> Any:
     """Wrap the pure array function ``fn`` so that, under a trace, each distinct call
     configuration is traced once and reused.
 
@@ -99,6 +106,16 @@ def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
     and array shapes/dtypes. JAX's own context (the mesh, ``enable_x64``...) and
     pytreemod's logical axis rules are part of what a replay is keyed on.
 
+    ``inline=True`` (``@pm.trace_once(inline=True)``): the reused trace is inlined into
+    the caller's jaxpr (an inline ``jax.jit``, as ``jax.numpy``'s own functions are), so
+    the jaxpr, the lowered program and the numbers are those of ``fn`` traced directly,
+    while the Python trace of ``fn`` and its transformed versions (linearized under
+    ``grad``, batched under ``vmap``) still come from JAX's caches. Only calls under a
+    staging trace (``jit``, ``make_jaxpr``, a ``scan`` body...) are cached then; eager
+    calls and eager transforms of concrete arrays (``jax.grad`` outside ``jit``) run
+    ``fn`` as written, primitive by primitive (NNX's layers: their numbers are then
+    Flax's, bit for bit).
+
     >>> import jax, jax.numpy as jnp
     >>> import pytreemod as pm
     >>> scale = pm.trace_once(lambda x, factor: x * factor)
@@ -106,25 +123,30 @@ def trace_once(fn: Callable[P, R]) -> Callable[P, R]:
     jit
     """
 
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        return _call(fn, args, kwargs)
+    def wrap(f: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(f)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            return _call(f, args, kwargs, inline)
 
-    return wrapper
+        return wrapper
+
+    return wrap if fn is None else wrap(fn)
 
 
-def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], inline: bool
+) -> Any:
     leaves, treedef = jtu.tree_flatten((args, kwargs))
     dynamic: list[Any] = []
     traced = False
     # Layers resolve names by the rules and shard on Explicit meshes by the policy.
-    parts: list[Any] = [fn, treedef, get_logical_axis_rules(), explicit_mesh_policy()]
+    parts: list[Any] = [fn, inline, treedef, get_logical_axis_rules(), explicit_mesh_policy()]
     key: tuple[Any, ...] = ()
     try:
         for leaf in leaves:
             if isinstance(leaf, jax.Array):
                 dynamic.append(leaf)
-                traced = traced or isinstance(leaf, Tracer)
+                traced = traced or (_staged(leaf) if inline else isinstance(leaf, Tracer))
                 parts.append(_DYNAMIC)
             else:
                 parts.append(_static_key(leaf))
@@ -136,7 +158,7 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any])
     if jitted is None:  # eager, uncacheable, switched off, or its trace failed before
         return fn(*args, **kwargs)
     if jitted is _DYNAMIC:
-        jitted = jax.jit(_replay(fn, leaves, treedef))
+        jitted = jax.jit(_replay(fn, leaves, treedef), inline=inline)
         _store(key, jitted)
     try:
         return jitted(*dynamic)
@@ -144,6 +166,21 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any])
         out = fn(*args, **kwargs)  # a real error raises here, from the caller's frame
         _store(key, None)
         return out
+
+
+_CONCRETE = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def _staged(x: Any) -> bool:
+    """Whether the array ``x`` is a tracer of a staging trace (``jit``, ``make_jaxpr``, a
+    ``scan`` body...), perhaps under transforms: the values under JVP and batching
+    tracers are followed down to a staged value or a concrete array."""
+    if not isinstance(x, Tracer):
+        return False
+    while isinstance(x, Tracer):
+        primal = getattr(x, "primal", None)
+        x = getattr(x, "val", None) if primal is None else primal
+    return not isinstance(x, _CONCRETE)
 
 
 def _may_write(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -234,3 +234,66 @@ def test_a_call_whose_check_failed_is_checked_again() -> None:
         return x
 
     jax.make_jaxpr(f)(jnp.ones((4, 5)))
+
+
+# ------------------------------------------------------------------------ inline=True
+
+
+def _counted_inline() -> tuple[list[int], object]:
+    runs = [0]
+
+    @pm.trace_once(inline=True)
+    def scale(x: jax.Array, factor: float) -> jax.Array:
+        runs[0] += 1
+        return x * factor
+
+    return runs, scale
+
+
+def test_inline_reuse_leaves_the_direct_jaxpr_and_traces_once_per_key() -> None:
+    runs, scale = _counted_inline()
+
+    def f(x: jax.Array) -> jax.Array:
+        y = scale(scale(x, 2.0), 2.0)  # type: ignore[operator]  # one key: one trace
+        y = scale(y, 2)  # type: ignore[operator]  # an int is another key than a float
+        return scale(y[:2], 2.0).sum()  # type: ignore[operator]  # another shape
+
+    jaxpr = jax.make_jaxpr(jax.grad(f))(jnp.ones(3))
+    assert runs[0] == 3
+    assert "jit" not in {e.primitive.name for e in jaxpr.eqns}  # inlined
+    with pm.disable_trace_once():
+        direct = jax.make_jaxpr(jax.grad(f))(jnp.ones(3))
+    assert str(jaxpr) == str(direct)
+
+
+def test_inline_leaves_eager_calls_and_eager_transforms_as_written() -> None:
+    runs, scale = _counted_inline()
+    x = jnp.ones(3)
+    for _ in range(2):
+        scale(x, 2.0)  # type: ignore[operator]
+        jax.grad(lambda x: scale(x, 2.0).sum())(x)  # type: ignore[operator]
+        jax.vmap(lambda x: scale(x, 2.0))(x)  # type: ignore[operator]
+    assert runs[0] == 6  # every call ran the function: none went through a compiled replay
+
+
+def test_inline_keys_on_the_logical_axis_rules_and_skips_unhashable_leaves() -> None:
+    runs, scale = _counted_inline()
+
+    def f(x: jax.Array) -> jax.Array:
+        y = scale(x, 2.0)  # type: ignore[operator]
+        with pm.logical_axis_rules([("batch", None)]):
+            y = scale(y, 2.0)  # type: ignore[operator]
+        return scale(y, [2.0][0])  # type: ignore[operator]  # the first key again
+
+    jax.make_jaxpr(f)(jnp.ones(3))
+    assert runs[0] == 2
+    calls = [0]
+
+    def by_table(x: jax.Array, table: np.ndarray) -> jax.Array:
+        calls[0] += 1
+        return x * table[0]
+
+    once = pm.trace_once(by_table, inline=True)
+    table = np.array([2.0])  # a NumPy array is a static leaf, and not hashable
+    jax.make_jaxpr(lambda x: once(once(x, table), table))(jnp.ones(3))
+    assert calls[0] == 2  # both calls ran the function: nothing cached

@@ -9,13 +9,14 @@ Each layer draws its parameters at construction, with Flax's names, shapes, keys
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+import pytreemod as pm
 from adapters.core import FrozenDict
 from adapters.typing import ConvGeneralDilatedT as ConvGeneralDilatedT
 from adapters.typing import DotGeneralT as DotGeneralT
@@ -104,6 +105,52 @@ def _check_mask(mask: Any, kernel_shape: tuple[int, ...]) -> None:
 
 def _value(param: Param | None) -> Any:
     return None if param is None else param[...]
+
+
+class _LinearConfig(NamedTuple):
+    """The settings of a contraction with ``lax.dot_general``, traced once per
+    configuration (a user's ``dot_general`` may read or write state: it is called
+    directly every time)."""
+
+    precision: Any
+    preferred_element_type: Any
+    out_sharding: Any
+    axis: Any = -1
+    batch_dims: Any = ()
+
+
+def _lax_dot(c: _LinearConfig) -> Callable[..., Any]:
+    return _with_preferred_type(lax.dot_general, c.preferred_element_type)
+
+
+def _linear(c: _LinearConfig, inputs: Array, kernel: Array, bias: Array | None) -> Array:
+    return F.linear(
+        inputs,
+        kernel,
+        bias,
+        precision=c.precision,
+        dot_general=_lax_dot(c),
+        out_sharding=c.out_sharding,
+    )
+
+
+def _dense_general(c: _LinearConfig, inputs: Array, kernel: Array, bias: Array | None) -> Array:
+    return F.dense_general(
+        inputs,
+        kernel,
+        bias,
+        axis=c.axis,
+        batch_dims=c.batch_dims,
+        precision=c.precision,
+        dot_general=_lax_dot(c),
+        out_sharding=c.out_sharding,
+    )
+
+
+# Under a staging trace each configuration's contraction is traced once and its trace
+# inlined (``pm.trace_once(inline=True)``); eager calls run it as written.
+_linear_once = pm.trace_once(_linear, inline=True)
+_dense_general_once = pm.trace_once(_dense_general, inline=True)
 
 
 class LinearGeneral(Module):
@@ -221,6 +268,15 @@ class LinearGeneral(Module):
             dot_general = self.dot_general
         else:
             dot_general = lax.dot_general
+        if dot_general is lax.dot_general:
+            config = _LinearConfig(
+                self.precision,
+                self.preferred_element_type,
+                out_sharding,
+                self.axis,
+                tuple(self.batch_axis.keys()),
+            )
+            return _dense_general_once(config, inputs, kernel, bias)
         return F.dense_general(
             inputs,
             kernel,
@@ -314,6 +370,9 @@ class Linear(Module):
         inputs, kernel, bias = self.promote_dtype(
             (inputs, self.kernel[...], _value(self.bias)), dtype=self.dtype
         )
+        if self.dot_general is lax.dot_general:
+            config = _LinearConfig(self.precision, self.preferred_element_type, out_sharding)
+            return _linear_once(config, inputs, kernel, bias)
         return F.linear(
             inputs,
             kernel,

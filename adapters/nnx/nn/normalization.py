@@ -10,12 +10,13 @@ the parameters (Flax's names, shapes and initial values) and the running average
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+import pytreemod as pm
 from pytreemod.nn import functional as F
 
 from .. import filterlib
@@ -119,6 +120,58 @@ def _normalize(
         epsilon=layer.epsilon,
         dtype=dtype,
     )
+
+
+class _NormConfig(NamedTuple):
+    """The settings ``_stats`` and ``_normalize`` read (the static part of a norm traced
+    once per configuration)."""
+
+    epsilon: float
+    dtype: Any
+    use_fast_variance: bool
+    axis_name: Any
+    axis_index_groups: Any
+    reduction_axes: Any
+    feature_axes: Any
+
+
+def _config(layer: Any) -> _NormConfig:
+    return _NormConfig(
+        layer.epsilon,
+        layer.dtype,
+        layer.use_fast_variance,
+        layer.axis_name,
+        layer.axis_index_groups,
+        layer.reduction_axes,
+        layer.feature_axes,
+    )
+
+
+def _layer_norm(
+    c: _NormConfig, x: Array, scale: Array | None, bias: Array | None, mask: Array | None
+) -> Array:
+    mean, var = _stats(c, x, c.reduction_axes, mask=mask)
+    return _normalize(c, x, mean, var, scale, bias, c.reduction_axes, c.feature_axes)
+
+
+def _rms_norm(c: _NormConfig, x: Array, scale: Array | None, mask: Array | None) -> Array:
+    _, var = _stats(c, x, c.reduction_axes, use_mean=False, mask=mask)
+    return _normalize(c, x, None, var, scale, None, c.reduction_axes, c.feature_axes)
+
+
+# Under a staging trace each configuration's math is traced once and its trace inlined
+# (``pm.trace_once(inline=True)``: the jaxpr of the math itself, its linearization taken
+# from JAX's caches after the first block of a deep model); eager calls run it as written.
+_ONCE = {math: pm.trace_once(math, inline=True) for math in (_layer_norm, _rms_norm)}
+
+
+def _norm_math(math: Callable[..., Array], layer: Any, *arrays: Any) -> Array:
+    """``math`` with the layer's settings, traced once per configuration except with a
+    named axis (whose ``pmean`` depends on the axes bound around the call)."""
+    config = _config(layer)
+    if layer.axis_name is not None:
+        return math(config, *arrays)
+    return _ONCE[math](config, *arrays)
 
 
 class BatchNorm(Module):
@@ -286,8 +339,7 @@ class LayerNorm(Module):
         x, scale, bias = self.promote_dtype(
             (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
         )
-        mean, var = _stats(self, x, self.reduction_axes, mask=mask)
-        return _normalize(self, x, mean, var, scale, bias, self.reduction_axes, self.feature_axes)
+        return _norm_math(_layer_norm, self, x, scale, bias, mask)
 
 
 class RMSNorm(Module):
@@ -338,8 +390,7 @@ class RMSNorm(Module):
     def __call__(self, x: Array, mask: Array | None = None) -> Array:
         """Normalise ``x``; only positions where ``mask`` is true count in the statistics."""
         x, scale = self.promote_dtype((x, _value(self.scale)), dtype=self.dtype)
-        _, var = _stats(self, x, self.reduction_axes, use_mean=False, mask=mask)
-        return _normalize(self, x, None, var, scale, None, self.reduction_axes, self.feature_axes)
+        return _norm_math(_rms_norm, self, x, scale, mask)
 
 
 def _group_count(num_features: int, num_groups: int | None, group_size: int | None) -> int:
