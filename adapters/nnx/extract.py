@@ -43,7 +43,7 @@ from ._extract_prefix import check_prefix_aliasing as check_prefix_aliasing
 from ._extract_prefix import is_node_leaf as is_node_leaf
 from ._extract_prefix import resolve_modes as resolve_modes
 from .statelib import State, to_flat_state
-from .variablelib import Variable
+from .variablelib import Variable, lower_hijax
 
 # --------------------------------------------------------------------------- slots
 
@@ -511,7 +511,7 @@ def lower_outputs(out: Any) -> Any:
     per_node: list[tuple[list[PathParts], list[Any]]] = [([], []) for _ in where]
     for path, leaf in to_flat_state(state):
         per_node[_head(path)][0].append(path[1:])
-        per_node[_head(path)][1].append(leaf)
+        per_node[_head(path)][1].append(lower_hijax(leaf))  # JAX cannot return hijax
     for k, i in enumerate(where):
         paths, values = per_node[k]
         info = SlotInfo(k, (tuple(paths),), graphdef if k == 0 else None)

@@ -15,13 +15,14 @@ What NNX adds, as Flax 0.12.8 has it:
 - it may only be mutated in the JAX trace it was created in (``TraceContextError``).
 
 ``var_defaults(hijax=, ref=)`` and ``use_eager_sharding`` set the defaults of new Variables.
-``HijaxVariable`` is, here, the type of Variables created with ``hijax=True``: they carry
-the flag and may be mutated from any trace, but are not JAX "hijax" types (see
-``HijaxVariable``).
+A Variable made with ``hijax=True`` is a ``HijaxVariable``: a JAX "hijax" type that passes
+``isinstance`` for its Variable type and that a plain ``jax.jit``/``jax.grad``/``lax.scan``
+may mutate, the change reaching the caller (see ``_hijax``).
 
 The package's parts: ``_defaults`` (the settings), ``_metadata`` (hooks, refs, metadata
-helpers), ``_variable`` (the class), ``_types`` (Param and the other Variable types, the
-collection-name registry). Everything public is re-exported here, under this module's name.
+helpers), ``_variable`` (the class), ``_hijax`` (hijax Variables), ``_types`` (Param and
+the other Variable types, the collection-name registry). Everything public is
+re-exported here, under this module's name.
 """
 
 from ._defaults import VARIABLE_CONTEXT as VARIABLE_CONTEXT
@@ -31,6 +32,13 @@ from ._defaults import VariableContext as VariableContext
 from ._defaults import use_eager_sharding as use_eager_sharding
 from ._defaults import using_eager_sharding as using_eager_sharding
 from ._defaults import var_defaults as var_defaults
+from ._hijax import AbstractVariable as AbstractVariable
+from ._hijax import HijaxVariable as HijaxVariable
+from ._hijax import VariableQDD as VariableQDD
+from ._hijax import get_variable_p as get_variable_p
+from ._hijax import lower_hijax as lower_hijax
+from ._hijax import new_variable_p as new_variable_p
+from ._hijax import set_variable_p as set_variable_p
 from ._metadata import A as A
 from ._metadata import AddAxisHook as AddAxisHook
 from ._metadata import AxisIndex as AxisIndex
@@ -44,7 +52,6 @@ from ._metadata import VariableMetadata as VariableMetadata
 from ._metadata import is_array_ref as is_array_ref
 from ._types import BatchStat as BatchStat
 from ._types import Cache as Cache
-from ._types import HijaxVariable as HijaxVariable
 from ._types import Intermediate as Intermediate
 from ._types import Param as Param
 from ._types import Perturbation as Perturbation
@@ -73,6 +80,8 @@ for _obj in (
     Variable,
     VariableMeta,
     HijaxVariable,
+    AbstractVariable,
+    VariableQDD,
     Param,
     BatchStat,
     Cache,

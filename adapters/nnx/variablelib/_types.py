@@ -18,27 +18,12 @@ from ._metadata import (
     SetValueHook,
     VariableMetadata,
 )
-from ._variable import Variable, VariableMeta
+from ._variable import Variable
 
 F = tp.TypeVar("F", bound=Callable[..., Any])
 
 VariableState = Variable
 """Deprecated alias (Flax's old name for the state of a Variable)."""
-
-
-class _HijaxMeta(VariableMeta):
-    def __instancecheck__(cls, instance: Any) -> bool:
-        return isinstance(instance, Variable) and bool(instance._var_metadata.get("hijax"))
-
-
-class HijaxVariable(Variable[A], metaclass=_HijaxMeta):
-    """The type of Variables created with ``hijax=True`` (``isinstance`` checks the flag).
-
-    Flax implements these as JAX "hijax" types that a traced function can mutate and
-    return. Here a hijax Variable is an ordinary NNX Variable flagged ``hijax=True``:
-    mutating it from another trace is allowed (no ``TraceContextError``), but inside
-    ``jax.jit`` the mutation reaches the caller only through NNX's transforms.
-    """
 
 
 class Param(Variable[A], pm.Param[A], collection="params"):

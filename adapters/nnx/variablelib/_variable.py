@@ -76,15 +76,55 @@ def _no_inplace(name: str, spelled: str) -> Callable[["Variable", Any], Any]:
     return op
 
 
+class _HijaxHooks:
+    """What ``_hijax`` (which imports this module) lends ``Variable``: making the hijax
+    Variable of a new ``hijax=True`` Variable, and the Variable type a hijax Variable (or
+    its Tracer) stands for. Until it is installed, no value is a hijax Variable."""
+
+    def __init__(self) -> None:
+        self.to_hijax: Callable[[Any], Any] | None = None
+        self.var_type_of: Callable[[Any], type | None] = lambda x: None
+
+    def install(
+        self, *, to_hijax: Callable[[Any], Any], var_type_of: Callable[[Any], type | None]
+    ) -> None:
+        self.to_hijax = to_hijax
+        self.var_type_of = var_type_of
+
+    def lift(self, variable: Any) -> Any:
+        """``variable`` as a hijax Variable if its metadata says ``hijax=True``."""
+        if self.to_hijax is not None and variable._var_metadata.get("hijax"):
+            return self.to_hijax(variable)
+        return variable
+
+
+HIJAX_HOOKS = _HijaxHooks()
+
+
 class VariableMeta(type):
     """Metaclass of Variables: every subclass gets ``__slots__ = ()`` unless it says
-    otherwise (a Variable keeps its state in three slots, never in a ``__dict__``)."""
+    otherwise (a Variable keeps its state in three slots, never in a ``__dict__``).
+
+    Calling a Variable type with ``hijax=True`` (or under ``var_defaults(hijax=True)``)
+    returns a ``HijaxVariable``, and ``isinstance(x, nnx.Param)`` holds for a hijax
+    ``Param`` and, under a JAX trace, for its Tracer."""
 
     def __new__(
         mcls, name: str, bases: tuple[type, ...], attrs: dict[str, Any], **kwargs: Any
     ) -> "VariableMeta":
         attrs.setdefault("__slots__", ())
         return super().__new__(mcls, name, bases, attrs, **kwargs)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        if type.__instancecheck__(cls, instance):
+            return True
+        var_type = HIJAX_HOOKS.var_type_of(instance)
+        return var_type is not None and issubclass(var_type, cls)
+
+    if not tp.TYPE_CHECKING:
+
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+            return HIJAX_HOOKS.lift(super().__call__(*args, **kwargs))
 
 
 def _unflatten(cls: type["Variable[Any]"], static: tuple[Any, ...], children: Any) -> Any:
@@ -502,8 +542,8 @@ class Variable(
     @classmethod
     def from_metadata(cls, value: Any, attributes: Mapping[str, Any]) -> "Variable[Any]":
         """A new ``cls`` holding ``value`` with the metadata ``attributes`` (no hooks, no
-        checks)."""
-        return cls._new(value, dict(attributes))
+        checks); a ``HijaxVariable`` if ``attributes['hijax']``."""
+        return HIJAX_HOOKS.lift(cls._new(value, dict(attributes)))
 
     # -- repr ------------------------------------------------------------------------
 
