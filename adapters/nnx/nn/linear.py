@@ -6,17 +6,15 @@ Each layer draws its parameters at construction, with Flax's names, shapes, keys
 ``pytreemod.nn.functional`` after promoting dtypes with its ``promote_dtype``.
 """
 
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-import pytreemod as pm
 from adapters.core import FrozenDict
 from adapters.typing import ConvGeneralDilatedT as ConvGeneralDilatedT
 from adapters.typing import DotGeneralT as DotGeneralT
@@ -35,6 +33,7 @@ from ..pytreelib import data
 from ..rnglib import Rngs
 from ..variablelib import Param
 from . import dtypes, initializers
+from ._contraction import LinearConfig, dense_general_once, linear_once, with_preferred_type
 
 Array = jax.Array
 Axis = int
@@ -79,13 +78,6 @@ def _canonicalize_tuple(x: int | Iterable[int]) -> tuple[int, ...]:
     return tuple(x) if isinstance(x, Iterable) else (x,)
 
 
-def _with_preferred_type(fn: Callable[..., Any], preferred_element_type: Any) -> Any:
-    """``fn`` given ``preferred_element_type`` on every call, when that is set."""
-    if preferred_element_type is None:
-        return fn
-    return functools.partial(fn, preferred_element_type=preferred_element_type)
-
-
 def _reshape_value(value: Any, shape: tuple[int, ...]) -> Any:
     """``value`` reshaped; for an initializer's metadata wrapper (an object carrying
     ``raw_value``, as ``with_partitioning``'s) the wrapped value is reshaped in place."""
@@ -105,52 +97,6 @@ def _check_mask(mask: Any, kernel_shape: tuple[int, ...]) -> None:
 
 def _value(param: Param | None) -> Any:
     return None if param is None else param[...]
-
-
-class _LinearConfig(NamedTuple):
-    """The settings of a contraction with ``lax.dot_general``, traced once per
-    configuration (a user's ``dot_general`` may read or write state: it is called
-    directly every time)."""
-
-    precision: Any
-    preferred_element_type: Any
-    out_sharding: Any
-    axis: Any = -1
-    batch_dims: Any = ()
-
-
-def _lax_dot(c: _LinearConfig) -> Callable[..., Any]:
-    return _with_preferred_type(lax.dot_general, c.preferred_element_type)
-
-
-def _linear(c: _LinearConfig, inputs: Array, kernel: Array, bias: Array | None) -> Array:
-    return F.linear(
-        inputs,
-        kernel,
-        bias,
-        precision=c.precision,
-        dot_general=_lax_dot(c),
-        out_sharding=c.out_sharding,
-    )
-
-
-def _dense_general(c: _LinearConfig, inputs: Array, kernel: Array, bias: Array | None) -> Array:
-    return F.dense_general(
-        inputs,
-        kernel,
-        bias,
-        axis=c.axis,
-        batch_dims=c.batch_dims,
-        precision=c.precision,
-        dot_general=_lax_dot(c),
-        out_sharding=c.out_sharding,
-    )
-
-
-# Under a staging trace each configuration's contraction is traced once and its trace
-# inlined (``pm.trace_once(inline=True)``); eager calls run it as written.
-_linear_once = pm.trace_once(_linear, inline=True)
-_dense_general_once = pm.trace_once(_dense_general, inline=True)
 
 
 class LinearGeneral(Module):
@@ -269,14 +215,14 @@ class LinearGeneral(Module):
         else:
             dot_general = lax.dot_general
         if dot_general is lax.dot_general:
-            config = _LinearConfig(
+            config = LinearConfig(
                 self.precision,
                 self.preferred_element_type,
                 out_sharding,
                 self.axis,
                 tuple(self.batch_axis.keys()),
             )
-            return _dense_general_once(config, inputs, kernel, bias)
+            return dense_general_once(config, inputs, kernel, bias)
         return F.dense_general(
             inputs,
             kernel,
@@ -284,7 +230,7 @@ class LinearGeneral(Module):
             axis=self.axis,
             batch_dims=tuple(self.batch_axis.keys()),
             precision=self.precision,
-            dot_general=_with_preferred_type(dot_general, self.preferred_element_type),
+            dot_general=with_preferred_type(dot_general, self.preferred_element_type),
             out_sharding=out_sharding,
         )
 
@@ -371,14 +317,14 @@ class Linear(Module):
             (inputs, self.kernel[...], _value(self.bias)), dtype=self.dtype
         )
         if self.dot_general is lax.dot_general:
-            config = _LinearConfig(self.precision, self.preferred_element_type, out_sharding)
-            return _linear_once(config, inputs, kernel, bias)
+            config = LinearConfig(self.precision, self.preferred_element_type, out_sharding)
+            return linear_once(config, inputs, kernel, bias)
         return F.linear(
             inputs,
             kernel,
             bias,
             precision=self.precision,
-            dot_general=_with_preferred_type(self.dot_general, self.preferred_element_type),
+            dot_general=with_preferred_type(self.dot_general, self.preferred_element_type),
             out_sharding=out_sharding,
         )
 
@@ -621,7 +567,7 @@ class Conv(Module):
             kernel_dilation=self.kernel_dilation if self.kernel_dilation is not None else 1,
             feature_group_count=self.feature_group_count,
             precision=self.precision,
-            conv_general_dilated=_with_preferred_type(
+            conv_general_dilated=with_preferred_type(
                 self.conv_general_dilated, self.preferred_element_type
             ),
             out_sharding=out_sharding,
