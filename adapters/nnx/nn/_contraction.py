@@ -66,3 +66,16 @@ def _dense_general(c: LinearConfig, inputs: Array, kernel: Array, bias: Array | 
 # inlined (``pm.trace_once(inline=True)``); eager calls run it as written.
 linear_once = pm.trace_once(_linear, inline=True)
 dense_general_once = pm.trace_once(_dense_general, inline=True)
+
+
+class TakeAsJax(pm.sharding.ExplicitMeshPolicy):
+    """The Explicit-mesh policy of NNX's ``Embed`` lookup without ``out_sharding``:
+    ``jnp.take`` as JAX shards it (Flax's ``Embed``), where pytreemod's policy works out a
+    sharding; a table and ids sharded so that the gather's output sharding is ambiguous
+    then raise JAX's error, as in Flax."""
+
+    def gather_rows(self, table: Any, ids: Any, *, op: str) -> tuple[Any, Any]:
+        return table, None
+
+
+TAKE_AS_JAX = TakeAsJax()

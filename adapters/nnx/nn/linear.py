@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+import pytreemod as pm
 from adapters.core import FrozenDict
 from adapters.typing import ConvGeneralDilatedT as ConvGeneralDilatedT
 from adapters.typing import DotGeneralT as DotGeneralT
@@ -33,7 +34,13 @@ from ..pytreelib import data
 from ..rnglib import Rngs
 from ..variablelib import Param
 from . import dtypes, initializers
-from ._contraction import LinearConfig, dense_general_once, linear_once, with_preferred_type
+from ._contraction import (
+    TAKE_AS_JAX,
+    LinearConfig,
+    dense_general_once,
+    linear_once,
+    with_preferred_type,
+)
 
 Array = jax.Array
 Axis = int
@@ -756,6 +763,9 @@ class Embed(Module):
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
             raise ValueError("Input type must be an integer or unsigned integer.")
         (embedding,) = self.promote_dtype((self.embedding[...],), dtype=self.dtype, inexact=False)
+        if out_sharding is None:  # as Flax: JAX shards the take (or refuses, if ambiguous)
+            with pm.sharding.use_explicit_mesh_policy(TAKE_AS_JAX):
+                return F.embed(inputs, embedding)
         return F.embed(inputs, embedding, out_sharding=out_sharding)
 
     def attend(self, query: Array, out_sharding: Any = None) -> Array:

@@ -114,3 +114,21 @@ def test_abstract_models_carry_shardings():
     assert own.kernel.get_value().sharding.spec == P("col", None)
     with pytest.warns(DeprecationWarning, match="Use as_abstract instead"):
         nnx.abstract_with_sharding(plain)
+
+
+@pytest.mark.parametrize(
+    ("table", "ids"), [(P("row"), P("col")), (P(), P("row")), (P(None, "col"), P("row"))]
+)
+def test_embed_leaves_a_sharded_lookup_to_jax_as_flax_does(table: P, ids: P) -> None:
+    # Without out_sharding the lookup is JAX's take: a sharded table or sharded ids make
+    # its output sharding ambiguous on an Explicit mesh, and JAX refuses, as under Flax.
+    with jax.set_mesh(_mesh(AxisType.Explicit)):
+        emb = jax.sharding.reshard(nnx.Embed(8, 4, rngs=nnx.Rngs(0)), table)
+        tokens = jax.sharding.reshard(jnp.arange(4), ids)
+        with pytest.raises(Exception, match="sharding") as info:
+            emb(tokens)
+        assert type(info.value).__name__ == "ShardingTypeError"  # JAX's (not public)
+        out = emb(tokens, out_sharding=P("row"))
+        assert _spec(out) == P("row", None)
+    table_rows = jax.device_get(emb.embedding[...])[:4]
+    assert jnp.allclose(jax.device_get(out), table_rows)
