@@ -97,6 +97,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     stat = min if args.min else statistics.median
+    load_at_start = os.getloadavg()[0]
     model, state = make(args.layers)
     size = sum(x.nbytes for x in jax.tree.leaves(state))
     times: dict[str, tuple[list[float], list[float]]] = {}
@@ -147,7 +148,8 @@ def main() -> None:
     print(
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s), 8 simulated CPU devices, "
         f"Python {platform.python_version()}, jax {jax.__version__}, load average "
-        f"{os.getloadavg()[0]:.1f} at the end (a shared machine)"
+        f"{load_at_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (a shared "
+        "machine)"
     )
     print()
     print(
@@ -183,7 +185,7 @@ def main() -> None:
         f"{'Fastest' if args.min else 'Median'} of {args.rounds} interleaved rounds after a "
         "warm-up. `pm.save` hashes every "
         "shard file it wrote (XXH3) and writes the manifest; `pm.load` verifies every file "
-        f"before Orbax restores (checked: a flipped bit in a shard file raised "
+        "before TensorStore reads the arrays (checked: a flipped bit in a shard file raised "
         f"`CheckpointFormatError`: {checked})."
     )
 

@@ -187,8 +187,9 @@ def load(path: PathLike, like: T, *, filter: FilterLike = True) -> T:
 
     - ``path``: the file; a checkpoint directory ``save`` wrote (its manifest is checked
       against ``like`` and every file this process reads against its checksum, then
-      Orbax restores each array straight into ``like``'s sharding, on any device or
-      process count); or a plain Orbax checkpoint directory holding ``pm.state(model)``
+      TensorStore, Orbax's storage layer, reads each array straight into ``like``'s
+      sharding, on any device or process count); or a plain Orbax checkpoint directory
+      holding ``pm.state(model)``
       (a ``CheckpointManager`` step, or its item folder), restored with Orbax into
       ``like``'s shardings (checked by Orbax; a damaged one is a
       ``CheckpointFormatError``, one of another structure a ``CheckpointMismatchError``);
@@ -254,7 +255,7 @@ def _load_file(path: str, like: Any, filter: FilterLike, *, raw: bool) -> Any:
 
 def _load_dir(path: str, like: Any, filter: FilterLike) -> Any:
     """Load a checkpoint directory: manifest checked against ``like``, every file's
-    checksum verified, then the arrays restored by Orbax into ``like``'s shardings."""
+    checksum verified, then the arrays read by TensorStore into ``like``'s shardings."""
     structure, values, pred = _selection(like, filter)
     keys = ctree.tensor_keys(structure, path)
     manifest = cdir.Manifest(path)

@@ -107,6 +107,40 @@ def test_a_missing_shard_file(saved: tuple[pathlib.Path, Any]) -> None:
         pm.load(path, model)
 
 
+def test_a_file_changed_after_its_verification_fails_the_read_and_leaves_nothing_behind(
+    saved: tuple[pathlib.Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TensorStore reads the arrays once the files are verified; a file cut short in
+    between (the verification skipped here) is a damaged-checkpoint error, and the
+    failed read leaves no thread running."""
+    import threading
+
+    from pytreemod._checkpoint_dir import Manifest
+
+    path, model = saved
+    version = _version(path)
+    kernel = json.loads((version / "pytreemod.json").read_text())["manifest"]["arrays"]["kernel"]
+    shard = version / kernel / "1.2"
+    shard.write_bytes(shard.read_bytes()[:5])
+    monkeypatch.setattr(Manifest, "verify", lambda self, targets: None)
+    threads = threading.active_count()
+    with pytest.raises(pm.CheckpointFormatError, match=r"ckpt'?: the Orbax checkpoint is damaged"):
+        pm.load(path, model)
+    assert threading.active_count() == threads
+
+
+def test_without_orbax(saved: tuple[pathlib.Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Orbax writes a directory, and TensorStore (which comes with it) reads it."""
+    import sys
+
+    path, model = saved
+    monkeypatch.setitem(sys.modules, "orbax.checkpoint", None)
+    monkeypatch.setitem(sys.modules, "tensorstore", None)
+    for call in (lambda: pm.load(path, model), lambda: pm.save(path, model, directory=True)):
+        with pytest.raises(pm.CheckpointError, match=r"written and read with Orbax: install"):
+            call()
+
+
 def test_mismatch_and_filter(saved: tuple[pathlib.Path, Any], mesh: jax.sharding.Mesh) -> None:
     path, model = saved
     wrong = dict(model, mean=pm.BatchStat(jnp.zeros(5, jnp.bfloat16)))
