@@ -25,7 +25,7 @@ from .. import extract
 from ..extract import NodeSlot, TreeState
 from ..statelib import to_flat_state
 from ..variablelib import Variable
-from .compilation import StateSharding, _follow, _is_prefix_leaf, to_jax_prefix
+from .compilation import StateSharding, _follow, _is_prefix_leaf, prefix_hooks, to_jax_prefix
 from .general import raise_bound_method_error, resolve_bound_callable, trace_numbers
 
 
@@ -70,18 +70,7 @@ def shard_map(
     @functools.wraps(fun)
     def wrapper(*args: Any) -> Any:
         node_prefix = _arg_node_prefixes(in_specs, args) if groups else None
-
-        def group(keypath: Any, path: Any, leaf: Any) -> int:
-            p = node_prefix(keypath) if node_prefix else None
-            return p.group(path, leaf) if isinstance(p, StateSharding) else 0
-
-        def n_groups(keypath: Any) -> int:
-            p = node_prefix(keypath) if node_prefix else None
-            return len(p.filters) if isinstance(p, StateSharding) else 1
-
-        def meta(keypath: Any) -> Any:
-            p = node_prefix(keypath) if node_prefix else None
-            return p if isinstance(p, StateSharding) else None
+        group, n_groups, meta = prefix_hooks(node_prefix)
 
         if in_specs is not None:
             extract.check_prefix_aliasing(

@@ -130,6 +130,32 @@ def to_jax_prefix(tree: Any, head: Any = None) -> Any:
     return jax.tree.map(convert, tree, is_leaf=_is_prefix_leaf)
 
 
+def prefix_hooks(
+    node_prefix: Callable[[Any], Any] | None, meta_types: tuple[type, ...] = (StateSharding,)
+) -> tuple[Callable[..., int], Callable[[Any], int], Callable[[Any], Any]]:
+    """``extract.lower``'s ``group``/``n_groups``/``meta`` hooks for the prefix that
+    ``node_prefix(keypath)`` finds over a node argument: a ``StateSharding`` sorts the
+    node's Variables into its filter groups; the prefix becomes the slot's metadata when
+    it is one of ``meta_types``."""
+
+    def prefix(keypath: Any) -> Any:
+        return node_prefix(keypath) if node_prefix else None
+
+    def group(keypath: Any, path: Any, leaf: Any) -> int:
+        p = prefix(keypath)
+        return p.group(path, leaf) if isinstance(p, StateSharding) else 0
+
+    def n_groups(keypath: Any) -> int:
+        p = prefix(keypath)
+        return len(p.filters) if isinstance(p, StateSharding) else 1
+
+    def meta(keypath: Any) -> Any:
+        p = prefix(keypath)
+        return p if isinstance(p, meta_types) else None
+
+    return group, n_groups, meta
+
+
 def _index_tuple(x: Any) -> tuple[int, ...]:
     if x is None:
         return ()
@@ -307,18 +333,8 @@ class JitWrapped(Generic[P, R]):
                 shardings = tuple(shardings)
             extract.check_prefix_aliasing(tuple(args[i] for i in dyn_pos), shardings)
 
-        def group(keypath: Any, path: Any, leaf: Any) -> int:
-            p = node_prefix(keypath) if node_prefix else None
-            return p.group(path, leaf) if isinstance(p, StateSharding) else 0
-
-        def n_groups(keypath: Any) -> int:
-            p = node_prefix(keypath) if node_prefix else None
-            return len(p.filters) if isinstance(p, StateSharding) else 1
-
-        def meta(keypath: Any) -> Any:
-            # A sharding here also constrains the Variables' updated values (see pure).
-            p = node_prefix(keypath) if node_prefix else None
-            return p if isinstance(p, (StateSharding, jax.sharding.Sharding)) else None
+        # A sharding in a node's place also constrains its Variables' updated values.
+        group, n_groups, meta = prefix_hooks(node_prefix, (StateSharding, jax.sharding.Sharding))
 
         (pargs, pkwargs), lowered = extract.lower(
             (tuple(args[i] for i in dyn_pos), dyn_kwargs),
