@@ -321,6 +321,31 @@ def _called_from_user() -> bool:
 # --------------------------------------------------------------------------------------
 
 
+class _StandsFor(tp.Generic[A]):
+    """What a hijax Variable and its JAX type both say of the Variable they stand for."""
+
+    __slots__ = ()
+    _var_type: type[Variable[A]]
+    _ref: bool
+
+    @property
+    def var_type(self) -> type[Variable[A]]:
+        """The Variable type this stands for (``nnx.Param``, ...)."""
+        return self._var_type
+
+    type = var_type
+
+    @property
+    def ref(self) -> bool:
+        """Whether the value lives in a ``jax.Ref``."""
+        return self._ref
+
+    @property
+    def hijax(self) -> bool:
+        """Always True."""
+        return True
+
+
 class _HijaxVariableMeta(type):
     def __instancecheck__(cls, instance: Any) -> bool:
         if type.__instancecheck__(cls, instance):
@@ -356,7 +381,7 @@ _ARRAY_ATTRIBUTES = frozenset(
 )
 
 
-class HijaxVariable(tp.Generic[A], reprlib.Representable, metaclass=_HijaxVariableMeta):
+class HijaxVariable(_StandsFor[A], reprlib.Representable, metaclass=_HijaxVariableMeta):
     """The type of Variables created with ``hijax=True`` (or under
     ``nnx.var_defaults(hijax=True)`` / config ``flax_hijax_variable``).
 
@@ -390,23 +415,6 @@ class HijaxVariable(tp.Generic[A], reprlib.Representable, metaclass=_HijaxVariab
         ):
             object.__setattr__(hv, name, value)
         return hv
-
-    @property
-    def var_type(self) -> type[Variable[A]]:
-        """The Variable type this stands for (``nnx.Param``, ...)."""
-        return self._var_type
-
-    type = var_type
-
-    @property
-    def ref(self) -> bool:
-        """Whether the value lives in a ``jax.Ref``."""
-        return self._ref
-
-    @property
-    def hijax(self) -> bool:
-        """Always True."""
-        return True
 
     @property
     def value(self) -> A:
@@ -529,7 +537,7 @@ def _lower_leaves(leaf_avals: Sequence[Any], leaves: Sequence[Any]) -> list[Any]
     return [lo for a, x in zip(leaf_avals, leaves, strict=True) for lo in a.lower_val(x)]
 
 
-class AbstractVariable(tp.Generic[A], hjx.MutableHiType):
+class AbstractVariable(_StandsFor[A], hjx.MutableHiType):
     """The JAX type of a ``HijaxVariable``: its Variable type, and for a ``ref=True``
     (immutable, no-QDD) one also its treedef and leaf types."""
 
@@ -554,20 +562,6 @@ class AbstractVariable(tp.Generic[A], hjx.MutableHiType):
             strict=True,
         ):
             object.__setattr__(self, name, value)
-
-    @property
-    def var_type(self) -> type[Variable[A]]:
-        return self._var_type
-
-    type = var_type
-
-    @property
-    def ref(self) -> bool:
-        return self._ref
-
-    @property
-    def hijax(self) -> bool:
-        return True
 
     def __getattr__(self, name: str) -> Any:
         # metadata and attributes of the value, read from the Tracer (``tracer.name``);
