@@ -320,7 +320,28 @@ def _typechecker() -> Callable[[Any], Any]:
     """
     from beartype import beartype
 
+    _keep_beartype_off_global_random()
     return beartype(conf=beartype_conf())
+
+
+def _keep_beartype_off_global_random() -> None:
+    """Give beartype's checkers a private random source.
+
+    A checker of a container hint (``tuple[int, ...]``) draws a random index with
+    ``random.getrandbits``; drawn from Python's global generator, every checked call would
+    move the user's ``random`` stream (a ``random.shuffle`` of the data after a forward
+    pass would then differ from the same program without checks). beartype reads the
+    function from its code generator's module when it builds a checker, so replacing it
+    there, before the first checker is built, moves every draw to a generator of its own.
+    """
+    import random
+
+    try:
+        from beartype._check.code import codemain
+    except ImportError:  # another beartype layout: its draws stay on the global source
+        return
+    if getattr(codemain, "getrandbits", None) is random.getrandbits:
+        codemain.getrandbits = random.Random(0).getrandbits
 
 
 def _is_self(hint: Any) -> bool:

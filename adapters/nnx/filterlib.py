@@ -34,6 +34,7 @@ __all__ = [
     "Everything",
     "Filter",
     "FilterLiteral",
+    "HasTag",
     "Not",
     "Nothing",
     "OfType",
@@ -91,6 +92,12 @@ def filters_to_predicates(filters: Sequence[Filter]) -> tuple[Predicate, ...]:
                 f"`...` or `True` can only be used as the last filters, got {f} it at index {i}."
             )
     return tuple(map(to_predicate, filters))
+
+
+class HasTag(tp.Protocol):
+    """What ``WithTag`` matches: an object with a ``tag`` string."""
+
+    tag: str
 
 
 @dataclasses.dataclass(frozen=True)

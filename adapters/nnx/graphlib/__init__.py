@@ -10,6 +10,9 @@ merge it back, and the contexts NNX transforms use to carry graphs through JAX).
 - ``_traverse``: iter_graph, iter_children, recursive_map, find_duplicates, with_vars.
 """
 
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
+
 from ._api import ApplyCaller as ApplyCaller
 from ._api import CallableProxy as CallableProxy
 from ._api import DelayedAccessor as DelayedAccessor
@@ -20,6 +23,7 @@ from ._api import _graph_update_dynamic as _graph_update_dynamic
 from ._api import as_pure as as_pure
 from ._api import call as call
 from ._api import clone as clone
+from ._api import graph_pop as graph_pop
 from ._api import graphdef as graphdef
 from ._api import map as map
 from ._api import merge as merge
@@ -79,9 +83,11 @@ from ._nodes import GraphNodeImpl as GraphNodeImpl
 from ._nodes import HashableMapping as HashableMapping
 from ._nodes import IndexesPytreeDef as IndexesPytreeDef
 from ._nodes import IndexMap as IndexMap
+from ._nodes import Key as Key
 from ._nodes import NodeImpl as NodeImpl
 from ._nodes import NodeImplBase as NodeImplBase
 from ._nodes import NoUpdate as NoUpdate
+from ._nodes import PathParts as PathParts
 from ._nodes import PythonRefMap as PythonRefMap
 from ._nodes import PytreeNodeImpl as PytreeNodeImpl
 from ._nodes import RefMap as RefMap
@@ -105,6 +111,7 @@ from ._nodes import jax_to_nnx_path as jax_to_nnx_path
 from ._nodes import register_graph_node_type as register_graph_node_type
 from ._nodes import register_pytree_node_type as register_pytree_node_type
 from ._state import FlatState as FlatState
+from ._state import map_state as map_state
 from ._state import update_variable as update_variable
 from ._traverse import find_duplicates as find_duplicates
 from ._traverse import iter_children as iter_children
@@ -113,3 +120,16 @@ from ._traverse import iter_module_children as iter_module_children
 from ._traverse import recursive_map as recursive_map
 from ._traverse import vars_as as vars_as
 from ._traverse import with_vars as with_vars
+
+# Flax's type names, for programs that annotate with them (``nnx.graph.Key``, ...).
+KeyT = TypeVar("KeyT", bound=Hashable)
+Node = TypeVar("Node")
+Leaf = TypeVar("Leaf")
+AuxData = TypeVar("AuxData")
+Index = int
+Names = Sequence[int]
+
+
+def is_key_like(x: object) -> bool:
+    """Whether ``x`` can be a path key (hashable and ordered)."""
+    return hasattr(x, "__hash__") and hasattr(x, "__lt__")

@@ -223,6 +223,15 @@ def pop(node: Any, *filters: Any) -> Any:
     return states[0] if len(states) == 1 else states
 
 
+def graph_pop(node: Any, filters: tuple[Any, ...]) -> tuple[State, ...]:
+    """``pop`` with the filters as one tuple, always returning a tuple of States (one per
+    filter): Flax's lower-level spelling."""
+    predicates = tuple(filterlib.to_predicate(f) for f in filters)
+    flat_states: tuple[dict[PathParts, Any], ...] = tuple({} for _ in predicates)
+    _graph_pop(node, set(), (), flat_states, predicates)
+    return tuple(from_flat_state(fs) for fs in flat_states)
+
+
 def clone(
     node: Any, variables: bool = True, *, arrays: bool = False, graph: bool | None = None
 ) -> Any:

@@ -184,6 +184,8 @@ AttrType = NodeAttr | LeafAttr | Static[Any]
 class GraphDef(Generic[Node]):
     """The static structure of a graph node (hashable: usable as a jit static argument)."""
 
+    __module__ = "adapters.nnx.graphlib"  # its public home, as ``type(graphdef)`` shows
+
     nodes: list[Any]
     attributes: list[tuple[Any, Any]]
     num_leaves: int

@@ -23,6 +23,9 @@ class Carry:
     """Marks, in ``nnx.scan``'s ``in_axes``/``out_axes``, the argument (or output) that is
     the loop carry."""
 
+    # Shown (in GraphDef and StateAxes reprs) under the public module, as Flax shows it.
+    __module__ = "adapters.nnx.transforms.iteration"
+
 
 def to_predicate(filter: Any) -> Any:
     """The ``(path, value) -> bool`` predicate of an NNX filter."""
@@ -68,6 +71,8 @@ class StateAxes(Mapping[Any, Any]):
 
     A Variable takes the axis of the first filter that matches it.
     """
+
+    __module__ = "adapters.nnx.transforms.iteration"
 
     def __init__(
         self,

@@ -206,10 +206,12 @@ def check_aliasing(
     occurrences: Sequence[tuple[Any, Any, Any]], *, check_trace: bool = True
 ) -> None:
     """Every Variable reachable from several places must get one axis everywhere (and,
-    with ``check_trace``, belong to the current trace level)."""
+    with ``check_trace``, belong to the current trace level). Like Flax, the check runs
+    after each occurrence, so the error lists the places seen up to the first conflict."""
     seen: dict[int, list[tuple[Path, Any]]] = {}
     types: dict[int, str] = {}
     for _, prefix, node in occurrences:
+        touched: set[int] = set()
         for path, value in graphlib.iter_graph(node):
             check_context = getattr(value, "_check_valid_context", None)
             if check_trace and check_context is not None and not isinstance(value, Variable):
@@ -227,16 +229,21 @@ def check_aliasing(
                     (tuple(path), axis_of(prefix, tuple(path), value))
                 )
                 types[id(value)] = type(value).__name__
-    conflicts = []
-    for key, paths_axes in seen.items():
-        distinct: list[Any] = []
-        for _, a in paths_axes:
-            if a not in distinct:
-                distinct.append(a)
-        if len(distinct) > 1:
-            conflicts.append((types[key], paths_axes))
-    if conflicts:
-        raise aliasing_error(conflicts)
+                touched.add(id(value))
+        # Earlier conflicts raised already: only the Variables this occurrence reached can
+        # conflict now (listed in the order they were first seen, as Flax does).
+        conflicts = [
+            (types[key], entries)
+            for key, entries in seen.items()
+            if key in touched and _differ(entries)
+        ]
+        if conflicts:
+            raise aliasing_error(conflicts)
+
+
+def _differ(entries: list[tuple[Path, Any]]) -> bool:
+    first = entries[0][1]
+    return any(a != first for _, a in entries[1:])
 
 
 def check_no_duplicates(

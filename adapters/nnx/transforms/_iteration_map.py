@@ -279,10 +279,12 @@ def mapped_sizes(
     name = _argument_namer(f)
     i = 0
     for e in split.entries:
-        value, i = values[i], i + e.count
-        if isinstance(e.axis, int) and hasattr(value, "shape"):
-            inner = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in e.path[1:])
-            found.append(_mapped(value, e.axis, name(low.paths[e.path[0]]) + inner))
+        # A Variable holds ``e.count`` leaves (none for an empty pytree value).
+        leaves, i = values[i : i + e.count], i + e.count
+        inner = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in e.path[1:])
+        for value in leaves:
+            if isinstance(e.axis, int) and hasattr(value, "shape"):
+                found.append(_mapped(value, e.axis, name(low.paths[e.path[0]]) + inner))
     for path, axis, value in zip(low.plain_paths, low.plain_axes, low.plain):
         if isinstance(axis, int) and hasattr(value, "shape"):
             found.append(_mapped(value, axis, name(path)))
