@@ -8,6 +8,7 @@ since imported everything. Nothing here is timed (``benchmarks/imports.py`` time
 import ast
 import functools
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -76,6 +77,21 @@ def test_import_adapters_linen_loads_no_heavy_optional_module() -> None:
     loaded = _loaded_after("import adapters.linen", ("adapters",))
     assert "adapters.linen" in loaded
     assert not [m for m in loaded if m.startswith(("adapters.nnx", "adapters.training"))]
+
+
+def test_importing_the_packages_leaves_jax_backends_unstarted() -> None:
+    # A program may set JAX's device options after its imports (Flax's guides set
+    # jax_num_cpu_devices after `from flax import nnx`): nothing may start a backend.
+    code = (
+        "import jax\nimport pytreemod, adapters.linen, adapters.nnx\n"
+        "jax.config.update('jax_num_cpu_devices', 3)\nprint(len(jax.devices('cpu')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "3"
 
 
 def test_lazy_names_resolve_to_their_definitions() -> None:

@@ -58,9 +58,10 @@ MISS = object()  # Plan.call: the plan does not apply
 raw_of = operator.attrgetter("_raw_value")  # a Variable's (or _Const's) value
 _MAX_PLANS = 4
 _MAX_WASTED = 4
-FAST_LEAF_TYPES = frozenset(
-    {type(jax.numpy.zeros(())), np.ndarray, int, float, bool, complex, type(None)}
-)
+# Leaf types a plan's call takes as they are (no graph node can hide in them). JAX's
+# concrete array type joins on the first plan built (asking for it at import would start
+# JAX's backend, after which e.g. ``jax_num_cpu_devices`` can no longer be set).
+FAST_LEAF_TYPES: set[type] = {np.ndarray, int, float, bool, complex, type(None)}
 
 
 class _Const:
@@ -542,10 +543,10 @@ def build_plan(
     # Under another transform's trace the objects are that trace's (rebuilt on every
     # trace): a plan would never be reused, and would count against building others.
     values = [s._raw_value for s in (*donated, *kept)] + [full[i] for i in others]
-    if any(
-        isinstance(v, jax.core.Tracer) or is_array_ref(v) for v in jax.tree_util.tree_leaves(values)
-    ):
+    leaves = jax.tree_util.tree_leaves(values)
+    if any(isinstance(v, jax.core.Tracer) or is_array_ref(v) for v in leaves):
         return None  # (a jax.Ref among the values: the full path returns Refs)
+    FAST_LEAF_TYPES.update(type(v) for v in leaves if isinstance(v, jax.Array))
     try:
         refs = tuple((i, weakref.ref(full[i])) for i in positions)
     except TypeError:
