@@ -516,12 +516,13 @@ def _axis_groups(state_axes: Mapping[Any, Any], broadcast_rngs: Any) -> tuple[li
 
 
 def _scan_cell(
-    rnn: "RNN", carry: Any, xs: Any, time_axis: int, stack_carries: bool
+    rnn: "RNN", cell: Any, carry: Any, xs: Any, time_axis: int, stack_carries: bool
 ) -> tuple[Any, Any]:
-    """``functional.rnn``'s scan: ``rnn.cell`` applied along ``time_axis`` of ``xs`` by a
-    ``jax.lax.scan`` over the cell's split state (see the module docstring)."""
+    """``functional.rnn``'s scan: ``cell`` (the RNN's, its broadcast streams split)
+    applied along ``time_axis`` of ``xs`` by a ``jax.lax.scan`` over the cell's split
+    state (see the module docstring)."""
     filters, axes = _axis_groups(rnn.state_axes, rnn.broadcast_rngs)
-    graphdef, *states = split(rnn.cell, *filters)
+    graphdef, *states = split(cell, *filters)
     carried = [i for i, a in enumerate(axes) if a is _CarryAxis]
     scanned = [i for i, a in enumerate(axes) if isinstance(a, int)]
 
@@ -555,7 +556,7 @@ def _scan_cell(
         jax.tree.map(lambda a, axis=axes[i]: jnp.moveaxis(a, 0, axis), s)
         for i, s in zip(scanned, ys_states, strict=True)
     ]
-    update(rnn.cell, *final_states, *ys_states)
+    update(cell, *final_states, *ys_states)
     if stack_carries:
         carries, ys = ys
         return carries, jnp.moveaxis(ys, 0, time_axis)
@@ -636,18 +637,20 @@ class RNN(Module):
             rngs = rngs.carry.fork()
         stream = rngs
 
-        def init_carry(shape: tuple[int, ...]) -> Carry:
-            return self.cell.initialize_carry(shape, stream)
+        # A new split of the broadcast streams' keys on every call: in place and restored
+        # afterwards in graph mode, on a copy of the cell in tree mode (as Flax does).
+        @split_rngs(splits=1, only=self.broadcast_rngs, squeeze=True)
+        def run(cell: Any) -> Any:
+            def init_carry(shape: tuple[int, ...]) -> Carry:
+                return cell.initialize_carry(shape, stream)
 
-        def scan(carry: Any, xs: Any, time_axis: int, stack: bool) -> tuple[Any, Any]:
-            return _scan_cell(self, carry, xs, time_axis, stack)
+            def scan(carry: Any, xs: Any, time_axis: int, stack: bool) -> tuple[Any, Any]:
+                return _scan_cell(self, cell, carry, xs, time_axis, stack)
 
-        # A new split of the broadcast streams' keys on every call (restored afterwards).
-        with split_rngs(self.cell, splits=1, only=self.broadcast_rngs, squeeze=True):
             return F.rnn(
                 scan,
                 inputs,
-                num_feature_axes=self.cell.num_feature_axes,
+                num_feature_axes=cell.num_feature_axes,
                 initial_carry=initial_carry,
                 init_carry=init_carry,
                 seq_lengths=seq_lengths,
@@ -656,6 +659,8 @@ class RNN(Module):
                 keep_order=self.keep_order if keep_order is None else keep_order,
                 return_carry=self.return_carry if return_carry is None else return_carry,
             )
+
+        return run(self.cell)
 
 
 def _concatenate(a: Array, b: Array) -> Array:

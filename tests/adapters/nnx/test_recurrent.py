@@ -157,3 +157,18 @@ def test_deprecated_arguments_warn():
     assert cell.initialize_carry((1, 3)).shape == (1, 2)  # from the kept carry stream
     with pytest.warns(UserWarning, match="carry_init is provided in __init__"):
         nnx.SimpleCell(3, 2, carry_init=nnx.initializers.ones, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("cell", ["GRUCell", "LSTMCell"])
+def test_rnn_in_tree_mode_matches_flax_and_graph_mode(cell: str) -> None:
+    # In tree mode the broadcast streams are split on a copy of the cell (no in-place
+    # split to restore), as Flax's RNN does.
+    x = jnp.arange(24.0).reshape(2, 4, 3) / 24
+    outs = []
+    for lib in (nnx, fnnx):
+        for graph in (True, False):
+            with lib.set_graph_mode(graph):
+                layer = lib.RNN(getattr(lib, cell)(3, 5, rngs=lib.Rngs(0)))
+                outs.append(np.asarray(layer(x)))
+    for out in outs[1:]:
+        np.testing.assert_allclose(out, outs[0], rtol=1e-6)
