@@ -658,7 +658,9 @@ class _ArrayRepr(reprlib.Representable):
 def _to_shape_dtype(x: Any) -> Any:
     if isinstance(x, Variable):
         value = jax.tree.map(_to_shape_dtype, x.get_raw_value())
-        return x.var_type.from_metadata(value, x.get_metadata())
+        # A plain Variable for the repr (from_metadata would lift a hijax one into a
+        # JAX value, which a shape stand-in is not).
+        return x.var_type._new(value, dict(x.get_metadata()))
     if isinstance(x, (np.ndarray, jax.Array)) and np.prod(x.shape) > 1:
         kind = "ArrayRef" if graphlib.is_array_ref(x) else "Array"
         return _ArrayRepr(x.shape, x.dtype, kind)

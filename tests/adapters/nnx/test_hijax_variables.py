@@ -206,3 +206,15 @@ def test_transform_outputs_hold_ordinary_variables():
     assert type(abstract.kernel) is nnx.Param and abstract.kernel.hijax
     assert isinstance(abstract.kernel.get_value(), jax.ShapeDtypeStruct)
     assert abstract.kernel.shape == (1, 2)
+
+
+def test_a_module_of_hijax_variables_prints_as_flax_prints_it() -> None:
+    import flax.nnx as fnnx
+
+    reprs = []
+    for lib in (nnx, fnnx):
+        with lib.var_defaults(hijax=True):
+            layer = lib.Linear(2, 3, rngs=lib.Rngs(0))
+            reprs.append(repr(layer).split("dot_general")[0])  # (function addresses differ)
+    assert "hijax=True" in reprs[0]
+    assert reprs[0] == reprs[1]
