@@ -202,6 +202,7 @@ from .training.optimizer import OptArray as OptArray
 from .training.optimizer import Optimizer as Optimizer
 from .training.optimizer import OptState as OptState
 from .training.optimizer import OptVariable as OptVariable
+from .transforms._shard_map import shard_map as shard_map
 from .transforms.autodiff import DiffState as DiffState
 from .transforms.autodiff import custom_vjp as custom_vjp
 from .transforms.autodiff import grad as grad
@@ -212,7 +213,6 @@ from .transforms.autodiff import vjp as vjp
 from .transforms.compilation import StateSharding as StateSharding
 from .transforms.compilation import jit as jit
 from .transforms.compilation import jit_partial as jit_partial
-from .transforms._shard_map import shard_map as shard_map
 from .transforms.iteration import Carry as Carry
 from .transforms.iteration import StateAxes as StateAxes
 from .transforms.iteration import fori_loop as fori_loop
