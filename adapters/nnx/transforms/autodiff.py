@@ -166,6 +166,8 @@ def _lowered_value_and_grad(
     Variable's metadata stays in its treedef), the rest as one list; the gradients come
     back in the arguments' own structure, as ``jax.value_and_grad`` gives them."""
     diff = [flat_leaves(call_args[i]) for i in argnums]
+    if not allow_int:
+        _check_inexact(leaf for _, leaves in diff for leaf in leaves)
     others = tuple(None if i in argnums else a for i, a in enumerate(call_args))
     others_def, others_leaves = flat_leaves((others, extra))
 
@@ -187,6 +189,20 @@ def _lowered_value_and_grad(
     per_arg = (grads,) if single else grads
     out = tuple(treedef.unflatten(gs) for (treedef, _), gs in zip(diff, per_arg))
     return value, out[0] if single else out
+
+
+def _check_inexact(leaves: Any) -> None:
+    """JAX's error for a differentiated array that is not real or complex (an integer
+    Variable, an RNG key or counter of a model's ``Rngs``), as ``jax.grad`` raises it for
+    Flax (pytreemod's own grad leaves such leaves out instead)."""
+    for leaf in leaves:
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is not None and not jax.numpy.issubdtype(dtype, jax.numpy.inexact):
+            raise TypeError(
+                "grad requires real- or complex-valued inputs (input dtype that is a "
+                f"sub-dtype of np.inexact), but got {dtype}. If you want to use Boolean- or "
+                "integer-valued inputs, use vjp or set allow_int to True."
+            )
 
 
 def _is_diffstate(argnums: Any, keypath: Any) -> bool:

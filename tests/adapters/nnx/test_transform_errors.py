@@ -43,3 +43,18 @@ def test_scan_lengths_that_disagree_say_where_each_was_found() -> None:
     with pytest.raises(ValueError, match="different leading axis sizes: 4, 5") as info:
         g(jnp.ones(2), {"a": jnp.ones((4, 2)), "b": jnp.ones((5,))})
     assert "argument xs['b'] of type float32[5] has 5 along axis 0" in str(info.value)
+
+
+@pytest.mark.parametrize(("graph", "updates"), [(True, False), (False, False)])
+def test_grad_of_a_whole_model_holding_rngs_needs_allow_int(graph: bool, updates: bool) -> None:
+    # Without a Param filter every Variable is differentiated, the RNG key and counter too.
+    model = nnx.Sequential(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), nnx.Dropout(0.5, rngs=nnx.Rngs(1)))
+
+    def loss(m: nnx.Sequential) -> jnp.ndarray:
+        return m(jnp.ones((1, 2))).sum()
+
+    with pytest.raises(TypeError, match="grad requires real- or complex-valued inputs"):
+        nnx.grad(loss, graph=graph, graph_updates=updates)(model)
+    grads = nnx.grad(loss, graph=graph, graph_updates=updates, allow_int=True)(model)
+    assert isinstance(grads, nnx.Sequential)
+    assert nnx.grad(loss)(model)["layers"][0]["kernel"][...].shape == (2, 2)  # Params only
