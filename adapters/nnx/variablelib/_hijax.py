@@ -40,7 +40,7 @@ from adapters import errors
 from .. import reprlib
 from . import _variable
 from ._metadata import A
-from ._variable import Variable
+from ._variable import VALUE_GET_DEPRECATED, VALUE_SET_DEPRECATED, Variable
 
 PyTreeDef = Any
 
@@ -421,8 +421,7 @@ class HijaxVariable(_StandsFor[A], reprlib.Representable, metaclass=_HijaxVariab
         """Deprecated in Flax: ``v[...]`` for arrays, ``v.get_value()`` otherwise."""
         if _called_from_user():
             warnings.warn(
-                "'.value' access is now deprecated. For Variable[Array] instances use:\n\n"
-                "  variable[...]\n\nFor other Variable types use:\n\n  variable.get_value()\n",
+                VALUE_GET_DEPRECATED,
                 DeprecationWarning,
                 stacklevel=2,
             )
@@ -432,9 +431,7 @@ class HijaxVariable(_StandsFor[A], reprlib.Representable, metaclass=_HijaxVariab
     def value(self, value: A) -> None:
         if _called_from_user():
             warnings.warn(
-                "'.value' setter is now deprecated. For Variable[Array] instances use:\n\n"
-                "  variable[...] = value\n\nFor other Variable types use:\n\n"
-                "  variable.set_value(value)\n",
+                VALUE_SET_DEPRECATED,
                 DeprecationWarning,
                 stacklevel=2,
             )

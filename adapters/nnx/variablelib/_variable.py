@@ -76,6 +76,18 @@ def _no_inplace(name: str, spelled: str) -> Callable[["Variable", Any], Any]:
     return op
 
 
+# Flax's warnings for the deprecated ``.value`` (read by the hijax Variable too).
+VALUE_GET_DEPRECATED = (
+    "'.value' access is now deprecated. For Variable[Array] instances use:\n\n"
+    "  variable[...]\n\nFor other Variable types use:\n\n  variable.get_value()\n"
+)
+VALUE_SET_DEPRECATED = (
+    "'.value' setter is now deprecated. For Variable[Array] instances use:\n\n"
+    "  variable[...] = value\n\nFor other Variable types use:\n\n"
+    "  variable.set_value(value)\n"
+)
+
+
 class _HijaxHooks:
     """What ``_hijax`` (which imports this module) lends ``Variable``: making the hijax
     Variable of a new ``hijax=True`` Variable, and the Variable type a hijax Variable (or
@@ -446,8 +458,7 @@ class Variable(
         """Deprecated in Flax: ``v[...]`` for arrays, ``v.get_value()`` otherwise."""
         if not _internal_caller():
             warnings.warn(
-                "'.value' access is now deprecated. For Variable[Array] instances use:\n\n"
-                "  variable[...]\n\nFor other Variable types use:\n\n  variable.get_value()\n",
+                VALUE_GET_DEPRECATED,
                 DeprecationWarning,
                 stacklevel=2,
             )
@@ -457,9 +468,7 @@ class Variable(
     def value(self, value: A) -> None:  # pyright: ignore[reportIncompatibleVariableOverride]
         if not _internal_caller():
             warnings.warn(
-                "'.value' setter is now deprecated. For Variable[Array] instances use:\n\n"
-                "  variable[...] = value\n\nFor other Variable types use:\n\n"
-                "  variable.set_value(value)\n",
+                VALUE_SET_DEPRECATED,
                 DeprecationWarning,
                 stacklevel=2,
             )
