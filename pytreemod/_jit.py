@@ -48,7 +48,7 @@ import dataclasses
 import functools
 import gc
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, Literal, ParamSpec, TypeVar, overload
 
 import jax
 import jax.tree_util as jtu
@@ -499,7 +499,8 @@ class _JitWrapper(Generic[P, R]):
 def jit(
     fun: Callable[P, R],
     *,
-    donate_argnums: int | Sequence[int | DonateState] = (),
+    donate_argnums: int | Sequence[int | DonateState] | None = (),
+    trace: Literal["arrays", "all"] = "arrays",
     warn_retraces: int | None = DEFAULT_WARN_RETRACES,
     **jit_kwargs: Any,
 ) -> Callable[P, R]: ...
@@ -509,7 +510,8 @@ def jit(
 def jit(
     fun: None = None,
     *,
-    donate_argnums: int | Sequence[int | DonateState] = (),
+    donate_argnums: int | Sequence[int | DonateState] | None = (),
+    trace: Literal["arrays", "all"] = "arrays",
     warn_retraces: int | None = DEFAULT_WARN_RETRACES,
     **jit_kwargs: Any,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
@@ -518,7 +520,8 @@ def jit(
 def jit(
     fun: Callable[P, R] | None = None,
     *,
-    donate_argnums: int | Sequence[int | DonateState] = (),
+    donate_argnums: int | Sequence[int | DonateState] | None = (),
+    trace: Literal["arrays", "all"] = "arrays",
     warn_retraces: int | None = DEFAULT_WARN_RETRACES,
     **jit_kwargs: Any,
 ) -> Any:
@@ -528,19 +531,32 @@ def jit(
     (functions, strings, Python numbers) is a compile-time constant, and a new value of
     one compiles a new version. A Variable shared by several places of the arguments stays
     one value inside and comes back shared. ``fun`` may itself be a Module or bound method,
-    whose arrays are then traced too.
+    whose arrays are then traced too. With ``trace="all"``, arguments follow ``jax.jit``'s
+    rule instead (see below).
 
     **Arguments:**
 
     - ``fun``: the function (or decorate with ``@pm.jit`` / ``@pm.jit(...)``).
     - ``donate_argnums``: positional arguments whose arrays XLA may reuse for outputs;
-      entries are ints or ``DonateState(argnum, filter)`` to donate only selected state.
+      entries are ints or ``DonateState(argnum, filter)`` to donate only selected state
+      (``None``, with ``trace="all"``: completed from ``donate_argnames`` as by ``jax.jit``).
+    - ``trace``: which argument leaves are traced. ``"arrays"`` (default): arrays, every
+      other leaf static, as above (Equinox's ``filter_jit``). ``"all"``: ``jax.jit``'s
+      rule, for code written against it: every leaf is traced (a Python number as a
+      weakly typed scalar, so a new value does not compile again), only the arguments
+      named by ``static_argnums``/``static_argnames`` are compile-time constants, and
+      ``in_shardings``/``out_shardings`` are prefixes of the arguments and the output.
+      The result is the ``jax.jit`` function itself (``.lower``, ``.trace``,
+      ``.eval_shape``, JAX's own dispatch); a Variable shared by two places of the
+      arguments enters as two values, as with ``jax.jit`` (``DonateState`` filters
+      other than ``True`` need ``"arrays"``).
     - ``warn_retraces``: on this many traces of ``fun`` (default 10) whose arguments
       differ, warn once with a ``RetraceWarning`` naming the argument that keeps changing
       (a Python number passed each call, a new shape each call); ``None``: never warn.
-    - ``**jit_kwargs``: passed to ``jax.jit`` (e.g. ``in_shardings``/``out_shardings``
-      over the flat list of traced arrays is not supported; shard the arrays themselves
-      with ``jax.device_put`` instead: ``jit`` follows their shardings).
+    - ``**jit_kwargs``: passed to ``jax.jit`` (with ``trace="arrays"``,
+      ``in_shardings``/``out_shardings`` over the flat list of traced arrays is not
+      supported; shard the arrays themselves with ``jax.device_put`` instead: ``jit``
+      follows their shardings).
 
     >>> import jax.numpy as jnp
     >>> import pytreemod as pm
@@ -550,12 +566,15 @@ def jit(
     >>> scale(jnp.ones(2), 3.0)
     {'scaled': Array([3., 3.], dtype=float32)}
     """
-    donate = _check_donate(donate_argnums)
+    donate = _check_donate(() if donate_argnums is None else donate_argnums)
+    if trace not in ("arrays", "all"):
+        raise TransformError(f'jit: trace must be "arrays" or "all", got {trace!r}.')
     for bad in ("static_argnums", "static_argnames", "donate_argnames"):
-        if bad in jit_kwargs:
+        if bad in jit_kwargs and trace == "arrays":
             raise TransformError(
                 f"jit does not take {bad}: non-array arguments are already static, and "
-                "arrays are donated with donate_argnums=(DonateState(argnum, filter),)."
+                "arrays are donated with donate_argnums=(DonateState(argnum, filter),). "
+                'To follow jax.jit\'s rule instead, pass trace="all".'
             )
     if warn_retraces is not None and warn_retraces < 2:
         raise TransformError(
@@ -564,6 +583,9 @@ def jit(
 
     def wrap(f: Callable[P, R]) -> Callable[P, R]:
         require_callable(f, "jit (filter_jit)")
+        if trace == "all":
+            given = None if donate_argnums is None else donate
+            return _jax_rule(f, given, jit_kwargs, warn_retraces)
         return _JitWrapper(f, donate, jit_kwargs, warn_retraces).make_call()
 
     return wrap if fun is None else wrap(fun)
@@ -586,6 +608,66 @@ def _check_donate(donate_argnums: Any) -> tuple[int | DonateState, ...]:
                 "donate_argnums=(DonateState(0, 'params'),)."
             )
     return entries
+
+
+def _jax_rule(
+    fun: Callable[..., Any],
+    donate: tuple[int | DonateState, ...] | None,
+    jit_kwargs: dict[str, Any],
+    warn_retraces: int | None,
+) -> Any:
+    """``jit(fun, trace="all")``: ``jax.jit`` over the argument trees, each trace noted
+    for the retrace warning. A ``fun`` that is itself a tree (a Module, a bound method)
+    is passed as a leading argument, so that its arrays are traced, not baked in."""
+    positions: list[int] = []
+    for d in donate or ():
+        if isinstance(d, DonateState):
+            if d.filter is not True:
+                raise TransformError(
+                    f'jit(trace="all"): DonateState({d.argnum}, {d.filter!r}) donates part '
+                    "of an argument, which needs the flat list of arrays of "
+                    'trace="arrays"; donate the whole argument (donate_argnums='
+                    f'{d.argnum}) or drop trace="all".'
+                )
+            positions.append(d.argnum)
+        else:
+            positions.append(d)
+    traces = TraceLog(fun, warn_retraces)
+    if jtu.treedef_is_leaf(jtu.tree_structure(fun)):
+
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            traces.note(None, args, kwargs)
+            return fun(*args, **kwargs)
+
+        functools.update_wrapper(traced, fun)
+        # None (not given) lets jax.jit complete donate_argnums from donate_argnames
+        nums = None if donate is None else tuple(positions)
+        return jax.jit(traced, donate_argnums=nums, **jit_kwargs)
+
+    def traced_tree(f: Any, *args: Any, **kwargs: Any) -> Any:
+        traces.note(f, args, kwargs)
+        return f(*args, **kwargs)
+
+    options = dict(jit_kwargs)
+    nums = options.get("static_argnums")
+    if nums is not None:
+        nums = (nums,) if isinstance(nums, int) else tuple(nums)
+        options["static_argnums"] = tuple(i + 1 if i >= 0 else i for i in nums)
+    shardings = options.get("in_shardings")
+    if isinstance(shardings, (tuple, list)):
+        options["in_shardings"] = (None, *shardings)
+    shifted = None if donate is None else tuple(i + 1 for i in positions if i >= 0)
+    jitted = jax.jit(traced_tree, donate_argnums=shifted, **options)
+
+    @functools.wraps(fun)  # type: ignore[arg-type]
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return jitted(fun, *args, **kwargs)
+
+    call.lower = lambda *a, **k: jitted.lower(fun, *a, **k)  # type: ignore[attr-defined]
+    call.trace = lambda *a, **k: jitted.trace(fun, *a, **k)  # type: ignore[attr-defined]
+    call.eval_shape = lambda *a, **k: jitted.eval_shape(fun, *a, **k)  # type: ignore[attr-defined]
+    call.clear_cache = jitted.clear_cache  # type: ignore[attr-defined]
+    return call
 
 
 filter_jit = jit

@@ -3,9 +3,10 @@
 Each is a JAX transform of a pure function plus the lower/raise/finish steps of
 ``extract``: the graph nodes among the arguments cross the boundary as ``NodeSlot``s
 (their Variables), the function runs on rebuilt objects, and the Variables it changed are
-written back into the caller's. ``jax.jit`` is used directly rather than ``pm.jit``:
-NNX's jit traces Python scalars (``pm.jit`` makes them static) and takes shardings,
-``static_argnums`` and ``donate_argnames`` as ``jax.jit`` does.
+written back into the caller's. ``nnx.jit`` compiles with ``pm.jit(trace="all")``:
+NNX's jit follows ``jax.jit``'s rule for arguments (Python scalars traced, shardings,
+``static_argnums`` and ``donate_argnames`` as ``jax.jit`` takes them), and ``pm.jit``'s
+``"all"`` mode is that rule.
 """
 
 import functools
@@ -261,8 +262,10 @@ class JitWrapped(Generic[P, R]):
             options["out_shardings"] = (None, jax_out)
         functools.update_wrapper(pure, fun)
         functools.update_wrapper(pure_refs, fun)
-        self.jitted = jax.jit(
+        self.jitted: Any = pm.jit(
             pure_refs,
+            trace="all",
+            warn_retraces=None,
             static_argnums=static_argnums,
             static_argnames=static_argnames,
             donate_argnums=donate_argnums,
@@ -282,8 +285,10 @@ class JitWrapped(Generic[P, R]):
             self.plans = PlanCache()
 
             def fast_jit(number: int) -> Any:
-                return jax.jit(
+                return pm.jit(
                     fast_pure(pure, number),
+                    trace="all",
+                    warn_retraces=None,
                     static_argnums=_shift(self.static_nums, 2),
                     static_argnames=self.static_names,
                     donate_argnums=(0, *_shift(self.donate_nums, 2)),
