@@ -14,6 +14,13 @@ reuses it while the epoch is unchanged. So every change of structure must move t
 - plain mutable containers (lists, dicts) inside a graph have no hook: a plan keeps a
   snapshot of their children and compares it instead.
 
+Values are not structure: a plan reads its Variables' values at every call. The plan
+that serves ``f(node, x)`` inline keeps the list it read for the next call while no
+Variable's value is replaced (``held``); every write of a Variable's value
+(``Variable.__setattr__``, ``set_raw_value``, a plan's write-back) calls ``written``,
+which empties the kept lists, so the next call reads afresh (and no list keeps an array
+alive once its Variable holds another).
+
 Objects nobody watches (the fresh ones built inside a trace) change freely without
 invalidating anything; a watched object is forgotten when it dies.
 """
@@ -21,15 +28,18 @@ invalidating anything; a watched object is forgotten when it dies.
 import functools
 import weakref
 from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["bump", "epoch", "touched", "watch"]
+__all__ = ["bump", "epoch", "touched", "watch", "written"]
 
 
 class _Counter:
-    __slots__ = ("epoch", "watched")
+    __slots__ = ("epoch", "held", "watched")
 
     def __init__(self) -> None:
         self.epoch = 0
+        # the value lists plans keep between calls (each a one-item list, or empty)
+        self.held: list[list[Any]] = []
         # id -> weak reference of each watched object; an entry leaves when its object
         # dies, so a new object that reuses the id is not mistaken for it.
         self.watched: dict[int, weakref.ref[object]] = {}
@@ -52,6 +62,15 @@ def epoch() -> int:
 def bump() -> None:
     """Record a structural change (every plan built before it is stale)."""
     COUNTER.epoch += 1
+
+
+def written() -> None:
+    """A Variable's value was replaced: empty the value lists plans keep. Callers test
+    ``COUNTER.held`` first (a write with no list kept costs that test only)."""
+    held = COUNTER.held
+    for values in held:
+        values.clear()
+    held.clear()
 
 
 def touched(obj: object) -> None:

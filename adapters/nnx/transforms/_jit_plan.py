@@ -23,7 +23,8 @@ holding everything it checks and reads in cells: it is the whole Python cost of 
 fast call. The commonest call, ``f(node, x)`` from the thread that built the plan, is
 served by ``nnx.jit``'s own ``__call__`` from the tuple ``Plan.inline`` of the plan that
 served the call before (one Python frame in all; ``PlanCache.inline``, cleared whenever
-a plan is added or dropped).
+a plan is added or dropped). That call keeps the list of values it read for the next
+one while no Variable's value is written anywhere (``_structure.written`` empties it).
 
 Each structure has its own fast ``jax.jit`` (``fast_pure`` with the ``PlanKey``'s
 number bound), so a fast call passes JAX only the value lists and the other arguments.
@@ -310,6 +311,7 @@ class Plan:
                     self.epoch,
                     node_position,
                     self.kept,
+                    [],  # the values read from ``kept`` while none is replaced (_structure)
                     jitted,
                     self.thread,
                     updating,
@@ -347,6 +349,8 @@ class Plan:
                     )
                 for i, value in changed.items():
                     object.__setattr__(leaves[i], "_raw_value", value)
+                if COUNTER.held:
+                    _structure.written()
             return plain if slotted is None else extract.raise_outputs(slotted)
         nodes = tuple(full[p] for p in self.key.positions)
         lowered = Lowered(nodes, self.leaves, self.paths, self.modes[0], self.modes[1], "jit")

@@ -388,17 +388,29 @@ class JitWrapped(Generic[P, R]):
             pargs, pkwargs, lowered = self._lower(args, kwargs)
             updates, out = refs_in(self.jitted(*pargs, **pkwargs), (pargs, pkwargs))
             return lowered.finish(updates, out)
-        full = (*self.partial_args, *args) if self.partial_args else args
+        partial = self.partial_args
+        full = (*partial, *args) if partial else args
         inline = plans.inline
-        if inline is not None and not kwargs and len(full) == 2:
+        if inline is not None and len(full) == 2 and not kwargs:
             # The commonest call, f(node, x), served here by the plan of the last call:
             # its checks (see _jit_plan's ``simple``) in one frame.
-            node_id, epoch, pos, kept_vars, jitted, thread, updating, splits, merges, local, p = (
-                inline
-            )
-            other = full[1 - pos]
+            (
+                node_id,
+                epoch,
+                pos,
+                kept_vars,
+                values,
+                jitted,
+                thread,
+                updating,
+                splits,
+                merges,
+                local,
+                p,
+            ) = inline
+            node, other = full if pos == 0 else full[::-1]
             if (
-                id(full[pos]) == node_id
+                id(node) == node_id
                 and COUNTER.epoch == epoch
                 and get_ident() == thread
                 and not (updating or splits or merges)
@@ -406,11 +418,18 @@ class JitWrapped(Generic[P, R]):
             ):
                 if local["tmp_static_cache"] is not None:
                     local["tmp_static_cache"] = None
-                kept = list(map(raw_of, kept_vars))
-                rest = (None, other) if pos == 0 else (other, None)
-                result = jitted([], kept, *rest)
+                if values:
+                    kept = values[0]
+                else:  # read afresh after a write of any Variable (see _structure)
+                    values.append(kept := list(map(raw_of, kept_vars)))
+                    COUNTER.held.append(values)
+                if pos == 0:
+                    result = jitted([], kept, None, other)
+                else:
+                    result = jitted([], kept, other, None)
                 if len(result) == 1:
                     return result[0]
+                rest = (None, other) if pos == 0 else (other, None)
                 if len(result) == 5:  # jax.Refs among the results (see refs_out)
                     return p.finish(full, *refs_in(result, ([], kept, rest, {})))
                 return p.finish(full, *result)

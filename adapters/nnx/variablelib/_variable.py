@@ -291,6 +291,8 @@ class Variable(
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._check_can_update()
+        if _structure.COUNTER.held:
+            _structure.written()
         try:
             object.__setattr__(self, name, value)
         except AttributeError as e:
@@ -432,6 +434,8 @@ class Variable(
         """Store ``value`` as is, bypassing hooks and ``set_value``."""
         if not _unsafe_bypass_check:
             self._check_can_update()
+        if _structure.COUNTER.held:
+            _structure.written()
         object.__setattr__(self, "_raw_value", value)
 
     @property

@@ -456,3 +456,46 @@ def test_cached_partial_calls_take_the_one_frame_path() -> None:
     m.w[...] = jnp.full((3,), 4.0)
     np.testing.assert_allclose(cached(jnp.ones(3)), 4.0 * np.ones(3))
     assert int(m.calls[...]) == 4
+
+
+class Pure(nnx.Module):
+    """No state written by a call: the one-frame path keeps its value list between calls."""
+
+    def __init__(self) -> None:
+        self.w = nnx.Param(jnp.full((3,), 2.0))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x * self.w[...]
+
+
+def _write_paths() -> dict[str, Any]:
+    new = jnp.full((3,), 7.0)
+    return {
+        "setitem": lambda m: m.w.__setitem__(..., new),
+        "set_value": lambda m: m.w.set_value(new),
+        "set_raw_value": lambda m: m.w.set_raw_value(new),
+        "nnx.update": lambda m: nnx.update(m, nnx.State({"w": nnx.Param(new)})),
+        "update_from_state": lambda m: m.w.update_from_state(nnx.Param(new)),
+        "a jitted write": lambda m: nnx.jit(lambda m: m.w.set_value(new))(m),
+    }
+
+
+@pytest.mark.parametrize("path", sorted(_write_paths()))
+@pytest.mark.parametrize("graph", [True, False])
+def test_the_kept_values_are_dropped_by_every_write(graph: bool, path: str) -> None:
+    f, m = nnx.jit(lambda m, x: m(x), graph=graph), Pure()
+    for _ in range(3):
+        np.testing.assert_allclose(f(m, jnp.ones(3)), 2.0 * np.ones(3))
+    assert f.plans.inline is not None and _structure.COUNTER.held  # a list is kept
+    _write_paths()[path](m)
+    assert not _structure.COUNTER.held  # emptied: no stale value, no array kept alive
+    np.testing.assert_allclose(f(m, jnp.ones(3)), 7.0 * np.ones(3))
+
+
+def test_a_write_to_another_models_variable_only_costs_a_fresh_read() -> None:
+    f, m, other = nnx.jit(lambda m, x: m(x)), Pure(), Pure()
+    for _ in range(3):
+        f(m, jnp.ones(3))
+    other.w[...] = jnp.zeros(3)
+    np.testing.assert_allclose(f(m, jnp.ones(3)), 2.0 * np.ones(3))
+    assert _structure.COUNTER.held
