@@ -245,21 +245,7 @@ class JitWrapped(Generic[P, R]):
         def pure_refs(*args: Any, **kwargs: Any) -> Any:
             return refs_out(pure(*args, **kwargs), (args, kwargs))
 
-        # A node's out sharding (a prefix slot) is applied inside, as constraints on its
-        # slot's leaves: JAX's out_shardings would need the slot's leaf count, and a node
-        # returned twice fills only its first slot.
-        slot_shardings: Any = None
-        options: dict[str, Any] = {}
-        if in_shardings is not None:
-            options["in_shardings"] = to_jax_prefix(in_shardings)
-        if out_shardings is not None:
-            jax_out = to_jax_prefix(out_shardings)
-            if any(map(extract.is_slot, jax.tree.leaves(jax_out, is_leaf=extract.is_slot))):
-                slot_shardings = jax_out
-                jax_out = jax.tree.map(
-                    lambda x: None if extract.is_slot(x) else x, jax_out, is_leaf=extract.is_slot
-                )
-            options["out_shardings"] = (None, jax_out)
+        options, slot_shardings = _sharding_options(in_shardings, out_shardings)
         functools.update_wrapper(pure, fun)
         functools.update_wrapper(pure_refs, fun)
         self.jitted: Any = pm.jit(
@@ -519,6 +505,27 @@ class Traced(Stage):
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         return Lowered(self._inner.lower(*args, **kwargs), self._wrapped)
+
+
+def _sharding_options(in_shardings: Any, out_shardings: Any) -> tuple[dict[str, Any], Any]:
+    """``jax.jit``'s shardings of the pure function, and the out shardings of node slots.
+
+    A node's out sharding (a prefix slot) is applied inside, as constraints on its slot's
+    leaves: JAX's out_shardings would need the slot's leaf count, and a node returned
+    twice fills only its first slot."""
+    slot_shardings: Any = None
+    options: dict[str, Any] = {}
+    if in_shardings is not None:
+        options["in_shardings"] = to_jax_prefix(in_shardings)
+    if out_shardings is not None:
+        jax_out = to_jax_prefix(out_shardings)
+        if any(map(extract.is_slot, jax.tree.leaves(jax_out, is_leaf=extract.is_slot))):
+            slot_shardings = jax_out
+            jax_out = jax.tree.map(
+                lambda x: None if extract.is_slot(x) else x, jax_out, is_leaf=extract.is_slot
+            )
+        options["out_shardings"] = (None, jax_out)
+    return options, slot_shardings
 
 
 def _constrain_slots(out: Any, prefix: Any) -> Any:
