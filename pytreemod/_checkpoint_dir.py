@@ -105,6 +105,22 @@ def _close(checkpointer: Any) -> None:
 _BARRIER_MS = 3_600_000  # a slow process may take long to write its shards
 
 
+def coordinated() -> bool:
+    """Whether a directory save may wait for the other processes in a background
+    thread: one process, or processes with a distributed client (``jax.distributed``
+    initialized), whose coordination service makes the barriers. Without one, the
+    barriers are device collectives, which only the thread that runs the program's
+    other collectives may call (``save_async`` of a directory then still runs them in
+    its thread: the caller must run no collective until it is complete)."""
+    if jax.process_count() == 1:
+        return True
+    try:
+        _ocp().multihost.get_jax_distributed_client()
+    except Exception:  # jax.distributed not initialized
+        return False
+    return True
+
+
 def _barrier(name: str) -> None:
     """Wait for every process at the barrier ``name`` (unique to one save).
 
@@ -117,12 +133,10 @@ def _barrier(name: str) -> None:
     if jax.process_count() == 1:
         return
     multihost = _ocp().multihost
-    try:
-        sync = multihost.get_barrier_sync_fn()
-    except Exception:  # no distributed client
+    if not coordinated():
         multihost.sync_global_processes(name)
         return
-    sync(key=name, timeout_ms=_BARRIER_MS)
+    multihost.get_barrier_sync_fn()(key=name, timeout_ms=_BARRIER_MS)
 
 
 def _agreed_name(save: int) -> str:
@@ -221,10 +235,10 @@ def _chunk_owners(arrays: dict[str, Any]) -> dict[str, int]:
     return owners
 
 
-def _hash_mine(folder: str, arrays: dict[str, Any]) -> dict[str, str]:
-    """The checksums of the files this process hashes: its shards; process 0 also every
-    file no process writes as a shard (Orbax's metadata, unpredicted names)."""
-    owners = _chunk_owners(arrays)
+def _hash_mine(folder: str, owners: dict[str, int]) -> dict[str, str]:
+    """The checksums of the files this process hashes: its shards (``owners``, from
+    ``_chunk_owners``); process 0 also every file no process writes as a shard (Orbax's
+    metadata, unpredicted names)."""
     me = jax.process_index()
     mine = [rel for rel in _files(folder) if owners.get(rel, 0) == me]
     sums = _parallel(_hash_file, [os.path.join(folder, rel) for rel in mine])
@@ -285,6 +299,9 @@ def save_dir(
         raise
     if not background:
         _idle[False].put(checkpointer)  # for the next save
+    # which process hashes which shard file, known now: ``finish`` holds no array (in the
+    # background, the saved arrays' device memory is freed as soon as training drops them)
+    owners = _chunk_owners(stored)
 
     def finish() -> None:
         with _failures(path, folder):
@@ -297,7 +314,7 @@ def save_dir(
                     raise
                 _idle[True].put(checkpointer)
             _barrier(f"pytreemod-{version}-written")
-            sums = _gather_json(folder, _hash_mine(folder, stored), "checksums")
+            sums = _gather_json(folder, _hash_mine(folder, owners), "checksums")
             if jax.process_index() == 0:
                 _commit(path, version, header, names, sums)
             _barrier(f"pytreemod-{version}-done")

@@ -7,6 +7,13 @@ step, saves in the background. pytreemod gives it what to write in each step: th
 ``pm.save`` checkpoint of the model (one checksummed file, or a checksummed directory
 when the model's arrays are split over processes), through an Orbax checkpoint handler,
 and ``restore`` is ``pm.load`` of a step. Orbax is imported when a manager is made.
+
+A background step is ``pm.save_async``'s work as Orbax's commit future: the handler
+copies the data off the devices (and starts Orbax's writes of a directory's shards) in
+the thread that called ``save``; a thread of its own then writes, hashes and commits,
+and Orbax's thread renames the step's folder into place once every process's future is
+done. Every wait of those threads for the other processes is the distributed runtime's
+coordination service, never a device collective (see ``_checkpoint_dir.coordinated``).
 """
 
 import dataclasses
@@ -15,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import _checkpoint as ckpt
+from . import _checkpoint_async as asave
 from . import _checkpoint_dir as cdir
 from . import _checkpoint_tree as ctree
 from ._errors import CheckpointError
@@ -36,10 +44,13 @@ def _ocp() -> Any:
     return ocp
 
 
-def _writer(directory: Any, args: Any) -> tuple[bool, Callable[[], None]]:
-    """Whether a step's model is a checkpoint directory, and what writes it into the
-    item folder ``directory`` (once that exists). A file's data is copied to the host
-    now; a directory's arrays are written by Orbax from the devices when it runs."""
+def _start(directory: Any, args: Any, *, background: bool) -> tuple[bool, Callable[[], None]]:
+    """Start saving a step's model into its item folder ``directory`` (which exists):
+    whether it is a checkpoint directory, and what completes the save. A file's data is
+    copied to the host now, and written by what is returned; a directory's arrays are
+    copied off the devices now and written by Orbax meanwhile (in its own threads with
+    ``background``, else before this returns), and what is returned hashes and commits
+    them."""
     path = os.path.join(os.fspath(directory), NAME)
     model = args.model
     as_dir = args.directory
@@ -47,9 +58,26 @@ def _writer(directory: Any, args: Any) -> tuple[bool, Callable[[], None]]:
         as_dir = ctree.split_over_processes(model)
     if as_dir:
         header, arrays = ctree.describe(model, path, host=False)
-        return True, lambda: cdir.save_dir(path, header, arrays)()
+        return True, cdir.save_dir(path, header, arrays, background=background)
     header, tensors = ctree.describe(model, path, host=True)
     return False, lambda: ckpt.write_file(path, header, tensors, sync=True)
+
+
+class _Finishing:
+    """Orbax's commit future of a step: the rest of its save (``_start``'s) running in a
+    thread of its own, as a ``pm.save_async`` does; its error, a ``CheckpointError``
+    naming the step's file or directory, is raised by ``result``."""
+
+    def __init__(self, path: str, finish: Callable[[], None]):
+        self._pending = asave.start(path, finish)
+
+    def result(self, timeout: float | None = None) -> None:
+        # Orbax's timeout is not applied: a directory's own barriers bound its waits, and
+        # a long write is no failure
+        self._pending.wait()
+
+    def cancel(self) -> None:
+        return None
 
 
 _classes: dict[str, Any] = {}
@@ -67,24 +95,22 @@ def _handler_classes() -> tuple[Any, Any, Any]:
         ``pm.load``."""
 
         async def async_save(self, directory: Any, args: Any) -> list[Any]:
-            as_dir, write = _writer(directory, args)
-            if as_dir:
-                # Written now, in the thread that called save (the step's folder exists:
-                # the manager makes its folders synchronously). A checkpoint directory's
-                # save waits at barriers of every process, which Orbax and JAX make of
-                # device collectives: from a background thread they would interleave
-                # with the training's own collectives (and Orbax's) in a different order
-                # in each process.
-                write()
+            # The step's folder exists (the manager makes its folders synchronously).
+            # A checkpoint directory waits for the other processes at barriers: in a
+            # background thread only where the distributed runtime's coordination
+            # service makes them (``cdir.coordinated``). Without it they are device
+            # collectives, which would meet the training's own in a different order in
+            # each process: then the directory is written, hashed and committed here, in
+            # the thread that called save.
+            background = cdir.coordinated()
+            as_dir, finish = _start(directory, args, background=background)
+            if as_dir and not background:
+                finish()
                 return []
-
-            async def commit() -> None:
-                write()
-
-            return [ocp.future.CommitFutureAwaitingContractedSignals(commit(), name=NAME)]
+            return [_Finishing(os.path.join(os.fspath(directory), NAME), finish)]
 
         def save(self, directory: Any, args: Any) -> None:
-            _writer(directory, args)[1]()
+            _start(directory, args, background=False)[1]()
 
         def restore(self, directory: Any, args: Any = None) -> Any:
             path = os.path.join(os.fspath(directory), NAME)
@@ -130,11 +156,17 @@ class CheckpointManager:
     - ``keep``: how many of the latest steps to keep (``None``: all).
     - ``save_interval_steps``: ``save`` writes only steps that are a multiple of it
       (unless ``force=True``).
-    - ``background``: ``save`` returns once the arrays are copied off the devices and
-      writes meanwhile (the next ``save``, ``wait`` and ``close`` wait for it). A step
-      that is a checkpoint directory (arrays split over processes) is written before
-      ``save`` returns, as Orbax reads its arrays from the devices while it writes
-      them; ``pm.save_async`` writes one in the background.
+    - ``background``: ``save`` returns once the arrays are copied off the devices; the
+      step is written, hashed and committed in the background meanwhile, and listed
+      once complete. The next ``save`` (of a step the interval does not skip),
+      ``wait``, ``restore`` and ``close`` wait for it, and raise its error, if it
+      failed. On several processes, a step that is a checkpoint directory waits for the
+      other processes at the distributed runtime's barriers (its coordination service),
+      so the training's collectives run meanwhile; every process must call ``save``
+      with the same steps, in the same order (as ``pm.save``). Processes without a
+      distributed client (``jax.distributed`` not initialized) have only barriers of
+      device collectives, which must not run beside the training's: there a directory
+      step is complete before ``save`` returns.
 
     >>> import tempfile, jax.numpy as jnp
     >>> import pytreemod as pm
@@ -170,19 +202,27 @@ class CheckpointManager:
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_handlers={ITEM: handler()}
         )
+        self._background = background
+        self._saving: int | None = None  # the step saved in the background, until waited
 
     def save(
         self, step: int, model: Any, *, force: bool = False, directory: bool | None = None
     ) -> bool:
         """Save ``model`` as ``step`` (a new step number: Orbax refuses to write one twice);
         ``False`` if the interval skips it. ``directory`` as for ``pm.save``."""
+        if self._saving is not None and (force or self._manager.should_save(step)):
+            self.wait()  # the previous step (Orbax's save would wait for it: its error here)
         args = _ocp().args.Composite(**{ITEM: self._save_args(model, directory)})
         saved = bool(self._manager.save(step, args=args, force=force))
-        if saved and (directory or (directory is None and ctree.split_over_processes(model))):
-            # a directory is written before Orbax's save returns (Handler.async_save):
-            # wait for Orbax to finish the step too (rename it into place), so that the
-            # step is complete when save returns
-            self.wait()
+        if saved and self._background:
+            self._saving = step
+            if directory is None:
+                directory = ctree.split_over_processes(model)
+            if directory and not cdir.coordinated():
+                # written before Orbax's save returned (Handler.async_save): wait for
+                # Orbax to finish the step too (rename it into place), so that the step
+                # is complete when save returns
+                self.wait()
         return saved
 
     def restore(self, like: T, step: int | None = None, *, filter: FilterLike = True) -> T:
@@ -205,19 +245,38 @@ class CheckpointManager:
 
     def latest_step(self) -> int | None:
         """The latest complete step, or ``None``."""
-        return self._manager.latest_step()
+        steps = self.all_steps()
+        return steps[-1] if steps else None
 
     def all_steps(self) -> list[int]:
-        """Every complete step kept, oldest first."""
-        return sorted(self._manager.all_steps())
+        """Every complete step kept, oldest first (a step saved in the background is
+        listed once Orbax has renamed its folder into place)."""
+        return sorted(s for s in self._manager.all_steps() if s != self._saving or self._done(s))
+
+    def _done(self, step: int) -> bool:
+        # Orbax's folder of a step, named by its default step format
+        return os.path.isdir(os.path.join(self.directory, str(step)))
 
     def wait(self) -> None:
-        """Block until the saves in the background are complete."""
-        self._manager.wait_until_finished()
+        """Block until the save in the background is complete; raise its error, if it
+        failed (the step is not kept; the steps before it are)."""
+        step, self._saving = self._saving, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:
+            what = "a step" if step is None else f"step {step}"
+            raise CheckpointError(
+                f"{self.directory!r}: the save of {what} failed in the background; the "
+                f"step is not kept, the steps before it are. {e}"
+            ) from e
 
     def close(self) -> None:
-        """Wait for the saves in the background, and release Orbax's resources."""
-        self._manager.close()
+        """Wait for the save in the background (raising its error, if it failed), and
+        release Orbax's resources."""
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
     def __enter__(self) -> "CheckpointManager":
         return self

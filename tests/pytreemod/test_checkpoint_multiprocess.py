@@ -7,7 +7,8 @@ its type and the restore must give it back.
 The same launch loads one checkpoint file into arrays split over the two processes
 (each reads only the bytes of its own shards, and both refuse a damaged byte only one
 of them reads), and saves a checkpoint directory with ``pm.save_async`` while the main
-thread runs collectives (its barriers must not be device collectives).
+thread runs collectives (its barriers must not be device collectives), and so does a
+``pm.CheckpointManager`` with several steps.
 
 The test starts two copies of this file as workers (``python -m
 tests.pytreemod.test_checkpoint_multiprocess <id> <port> <folder>``), bounded in time;
@@ -20,6 +21,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import jax
@@ -197,6 +199,58 @@ def save_async_while_computing(folder: str, state: Any) -> bool:
     return sums == [128.0] * 30 and all(jax.tree.leaves(same))
 
 
+def manager_while_computing(folder: str, state: Any) -> dict[str, Any]:
+    """``pm.CheckpointManager`` (keep=2) saves steps 1-3 of a model split over the
+    processes. Process 1 holds each step's hashing back until its main thread has run
+    collectives after ``save`` returned (process 0's thread meanwhile waits for it at
+    the coordination service's barrier): ``save`` returned before the step was complete,
+    and the collectives ran beside the waiting thread. Then the latest step restores as
+    saved."""
+    from pytreemod import _checkpoint_dir
+
+    mesh = make_mesh("auto")
+    x = place(np.ones((8, 8), np.float32), NamedSharding(mesh, P("data", "model")))
+    total = jax.jit(lambda a: jnp.sum(a * 2.0))
+    bump = jax.jit(lambda s, k: jax.tree.map(lambda a: a + k, s))
+    equal = jax.jit(
+        lambda a, b: jax.tree.reduce(jnp.logical_and, jax.tree.map(jnp.array_equal, a, b))
+    )
+    gates = [threading.Event() for _ in range(3)]
+    in_main: list[bool] = []  # whether each step's hashing ran in the main thread
+    hash_mine = _checkpoint_dir._hash_mine
+
+    def held_back(version: str, owners: Any) -> Any:
+        in_main.append(threading.current_thread() is threading.main_thread())
+        if jax.process_index() == 1:
+            gates[len(in_main) - 1].wait(timeout=20)
+        return hash_mine(version, owners)
+
+    _checkpoint_dir._hash_mine = held_back
+    run_dir = os.path.join(folder, "run")
+    listed, sums = [], []
+    try:
+        with pm.CheckpointManager(run_dir, keep=2) as run:
+            for step in (1, 2, 3):
+                model = bump(state, float(step))
+                assert run.save(step, model)
+                listed.append(step in run.all_steps() or run.latest_step() == step)
+                sums += [float(total(x)) for _ in range(10)]  # as many in every process
+                gates[step - 1].set()
+            run.wait()
+            steps = run.all_steps()
+            back = run.restore(state)
+    finally:
+        _checkpoint_dir._hash_mine = hash_mine
+    return {
+        "listed_at_once": listed,
+        "hashed_in_main": in_main,
+        "sums": sums == [128.0] * 30,
+        "steps": steps,
+        "folders": sorted(os.listdir(run_dir)),
+        "restored": bool(equal(back, model)) and bool(not equal(back, state)),
+    }
+
+
 def worker(process_id: int, port: int, folder: str) -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
@@ -226,6 +280,7 @@ def worker(process_id: int, port: int, folder: str) -> None:
         results[kind] = {"losses": losses, "single": single, "reloaded": reloaded}
         if kind == "auto":
             results["async"] = save_async_while_computing(folder, state)
+            results["manager"] = manager_while_computing(folder, state)
     results["file"] = load_file(folder)
     with open(os.path.join(folder, f"worker{process_id}.json"), "w") as f:
         json.dump(results, f)
@@ -285,6 +340,18 @@ def test_save_async_of_a_directory_on_two_processes(
 ) -> None:
     _, results = workers
     assert [r["async"] for r in results] == [True, True]
+
+
+def test_a_manager_saves_directory_steps_in_the_background_on_two_processes(
+    workers: tuple[pathlib.Path, list[Any]],
+) -> None:
+    _, results = workers
+    for r in (result["manager"] for result in results):
+        assert r["listed_at_once"] == [False] * 3  # save returned before the step was done
+        assert r["hashed_in_main"] == [False] * 3
+        assert r["sums"]  # the collectives ran while the steps were being written
+        assert r["steps"] == [2, 3] and r["folders"] == ["2", "3"]  # keep=2, no leftovers
+        assert r["restored"]  # the latest step (3) is the model saved
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
