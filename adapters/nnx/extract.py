@@ -347,7 +347,16 @@ class Raised:
 
 
 def _output_nodes(raised: Raised, out: Any) -> tuple[list[Any], bool]:
-    out_nodes = [x for x in jax.tree_util.tree_leaves(out, is_leaf=is_node_leaf) if is_node_leaf(x)]
+    """The graph nodes among ``out``, and whether one reaches a node or Variable of the
+    inputs (graph updates). Where Flax refuses them: a Variable of another trace (a
+    captured one), and without graph updates, an input's Variable returned (and in tree
+    mode a Variable returned twice), each with Flax's error in Flax's order."""
+    placed = [
+        (keypath, x)
+        for keypath, x in jax.tree_util.tree_flatten_with_path(out, is_leaf=is_node_leaf)[0]
+        if is_node_leaf(x)
+    ]
+    out_nodes = [x for _, x in placed]
     if not out_nodes:
         return out_nodes, False
     inside = {
@@ -355,20 +364,37 @@ def _output_nodes(raised: Raised, out: Any) -> tuple[list[Any], bool]:
         for p, v in graphlib.iter_graph(raised.nodes)
         if isinstance(v, Variable) or is_node_leaf(v)
     }
-    for k, node in enumerate(out_nodes):
+    returned: dict[int, str] = {}
+    aliased = False
+    for keypath, node in placed:
         for path, value in graphlib.iter_graph(node):
-            if id(value) in inside and (isinstance(value, Variable) or is_node_leaf(value)):
+            is_variable = isinstance(value, Variable)
+            where = f".out{_keystr(keypath)}{_attr_path(path)}"
+            if is_variable and not value._can_update:
                 if raised.graph_updates:
-                    return out_nodes, True
-                if isinstance(value, Variable):
-                    first = f".args{_keystr(_dict_keys(inside[id(value)]))}"
-                    second = f".out[{k}]{_keystr(_dict_keys(path))}"
-                    raise alias_error(raised.name, value, first, second)
-    return out_nodes, False
+                    raise ValueError(
+                        f"Cannot extract graph node from different trace level, got {value}"
+                    )
+                raise ValueError(
+                    f"Cannot return captured Variable of type {type(value).__name__} "
+                    f"from nnx.{raised.name}.\nFound at path: {where}"
+                )
+            if id(value) in inside and (is_variable or is_node_leaf(value)):
+                if raised.graph_updates:
+                    aliased = True
+                elif is_variable:
+                    first = f".args{_attr_path(inside[id(value)])}"
+                    raise alias_error(raised.name, value, first, where)
+            if is_variable and not raised.graph:
+                if id(value) in returned:
+                    raise alias_error(raised.name, value, returned[id(value)], where)
+                returned[id(value)] = where
+    return out_nodes, aliased
 
 
-def _dict_keys(path: PathParts) -> tuple[Any, ...]:
-    return tuple(jax.tree_util.DictKey(k) for k in path)
+def _attr_path(path: PathParts) -> str:
+    """A path inside a node as Flax prints it: attributes as ``.name``, items as ``[i]``."""
+    return "".join(f".{p}" if isinstance(p, str) else f"[{p!r}]" for p in path)
 
 
 def raise_inputs(

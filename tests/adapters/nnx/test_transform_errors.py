@@ -58,3 +58,42 @@ def test_grad_of_a_whole_model_holding_rngs_needs_allow_int(graph: bool, updates
     grads = nnx.grad(loss, graph=graph, graph_updates=updates, allow_int=True)(model)
     assert isinstance(grads, nnx.Sequential)
     assert nnx.grad(loss)(model)["layers"][0]["kernel"][...].shape == (2, 2)  # Params only
+
+
+class _Holder(nnx.Module):
+    def __init__(self) -> None:
+        self.w = nnx.Param(jnp.ones(2))
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_returning_a_variable_captured_from_outside_is_refused(graph: bool) -> None:
+    outside = _Holder()
+    f = nnx.jit(lambda: outside, graph=graph, graph_updates=False)
+    with pytest.raises(ValueError, match=r"Cannot return captured Variable of type Param "):
+        f()
+    with pytest.raises(ValueError, match=r"from nnx.grad.\nFound at path: .out(\[1\])?.w"):
+        grad = nnx.grad(
+            lambda m: (m.w[...].sum(), outside), has_aux=True, graph=graph, graph_updates=False
+        )
+        grad(_Holder())
+    g = nnx.jit(lambda: outside.w, graph=True, graph_updates=True)
+    with pytest.raises(ValueError, match="Cannot extract graph node from different trace level"):
+        g()
+
+
+def test_paths_of_an_aliased_variable_read_as_attributes() -> None:
+    f = nnx.jit(lambda m: m, graph=False)
+    with pytest.raises(ValueError, match=r"- \.args\[0\]\.w\n  - \.out\.w") as info:
+        f(_Holder())
+    assert "does not support Variable aliasing" in str(info.value)
+
+
+def test_a_new_variable_returned_twice_is_refused_in_tree_mode_only() -> None:
+    def twice() -> tuple[nnx.Param, nnx.Param]:
+        v = nnx.Param(jnp.ones(2))
+        return v, v
+
+    with pytest.raises(ValueError, match=r"- \.out\[0\]\n  - \.out\[1\]"):
+        nnx.jit(twice, graph=False)()
+    a, b = nnx.jit(twice, graph=True, graph_updates=False)()
+    assert a is b  # graph mode keeps the sharing
