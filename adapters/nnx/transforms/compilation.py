@@ -194,10 +194,33 @@ def resolve_argnums(
     return argnums, argnames
 
 
-class JitWrapped(Generic[P, R]):
-    """The result of ``nnx.jit``: call it, or ``.lower``/``.trace``/``.eval_shape`` it."""
+class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
+    """The result of ``nnx.jit``: call it, or ``.lower``/``.trace``/``.eval_shape`` it.
 
-    def __init__(
+    A ``functools.partial`` of its own call (``_make_call``), built when the object is:
+    calling it is then CPython's C call of a partial, not a Python ``__call__`` method
+    (a lookup and a bound call less per call, the size of the fast path's budget)."""
+
+    def __new__(cls, fun: Callable[P, R], /, **options: Any) -> "JitWrapped[P, R]":
+        call, bind = _make_call()
+        obj = super().__new__(cls, call)
+        obj._setup(fun, **options)
+        bind(obj)
+        return obj
+
+    def __init__(self, fun: Callable[P, R], /, **options: Any) -> None:
+        del fun, options  # set up by __new__
+
+    def __repr__(self) -> str:  # an object's, not a partial's
+        return f"<{type(self).__module__}.{type(self).__qualname__} object at {id(self):#x}>"
+
+    def __copy__(self) -> "JitWrapped[P, R]":  # a function: copies are itself
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "JitWrapped[P, R]":
+        return self
+
+    def _setup(
         self,
         fun: Callable[P, R],
         *,
@@ -368,65 +391,6 @@ class JitWrapped(Generic[P, R]):
 
         return lookup
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        plans = self.plans
-        if plans is None:
-            pargs, pkwargs, lowered = self._lower(args, kwargs)
-            updates, out = refs_in(self.jitted(*pargs, **pkwargs), (pargs, pkwargs))
-            return lowered.finish(updates, out)
-        partial = self.partial_args
-        full = (*partial, *args) if partial else args
-        inline = plans.inline
-        if inline is not None and len(full) == 2 and not kwargs:
-            # The commonest call, f(node, x), served here by the plan of the last call:
-            # its checks (see _jit_plan's ``simple``) in one frame.
-            (
-                node_id,
-                epoch,
-                pos,
-                kept_vars,
-                values,
-                jitted,
-                thread,
-                updating,
-                splits,
-                merges,
-                local,
-                p,
-            ) = inline
-            node, other = full if pos == 0 else full[::-1]
-            if (
-                id(node) == node_id
-                and COUNTER.epoch == epoch
-                and get_ident() == thread
-                and not (updating or splits or merges)
-                and (type(other) in FAST_LEAF_TYPES or plain(other))
-            ):
-                if local["tmp_static_cache"] is not None:
-                    local["tmp_static_cache"] = None
-                if values:
-                    kept = values[0]
-                else:  # read afresh after a write of any Variable (see _structure)
-                    values.append(kept := list(map(raw_of, kept_vars)))
-                    COUNTER.held.append(values)
-                if pos == 0:
-                    result = jitted([], kept, None, other)
-                else:
-                    result = jitted([], kept, other, None)
-                if len(result) == 1:
-                    return result[0]
-                rest = (None, other) if pos == 0 else (other, None)
-                if len(result) == 5:  # jax.Refs among the results (see refs_out)
-                    return p.finish(full, *refs_in(result, ([], kept, rest, {})))
-                return p.finish(full, *result)
-        for p, call in zip(plans.plans, plans.calls):
-            result = call(full, kwargs)
-            if result is not MISS:
-                plans.last_used = True
-                plans.inline = p.inline
-                return result
-        return self._call_full(plans, full, args, kwargs)
-
     def _call_full(
         self, plans: PlanCache, full: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
@@ -505,6 +469,79 @@ class Traced(Stage):
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         return Lowered(self._inner.lower(*args, **kwargs), self._wrapped)
+
+
+def _make_call() -> tuple[Callable[..., Any], Callable[[Any], None]]:
+    """The call of a ``JitWrapped``, and what binds it to the object once built. The
+    commonest call, ``f(node, x)``, is served in this one frame by the plan of the last
+    call (its checks: see _jit_plan's ``simple``); then the other plans; then the full
+    path."""
+    plans: PlanCache | None = None
+    partial: tuple[Any, ...] = ()
+    wrapped: Any = None
+
+    def bind(obj: Any) -> None:
+        nonlocal plans, partial, wrapped
+        wrapped, plans, partial = obj, obj.plans, obj.partial_args
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if plans is None:
+            pargs, pkwargs, lowered = wrapped._lower(args, kwargs)
+            updates, out = refs_in(wrapped.jitted(*pargs, **pkwargs), (pargs, pkwargs))
+            return lowered.finish(updates, out)
+        full = (*partial, *args) if partial else args
+        inline = plans.inline
+        if inline is not None and len(full) == 2 and not kwargs:
+            # The commonest call, f(node, x), served here by the plan of the last call:
+            # its checks (see _jit_plan's ``simple``) in one frame.
+            (
+                node_id,
+                epoch,
+                pos,
+                kept_vars,
+                values,
+                jitted,
+                thread,
+                updating,
+                splits,
+                merges,
+                local,
+                p,
+            ) = inline
+            node, other = full if pos == 0 else full[::-1]
+            if (
+                id(node) == node_id
+                and COUNTER.epoch == epoch
+                and get_ident() == thread
+                and not (updating or splits or merges)
+                and (type(other) in FAST_LEAF_TYPES or plain(other))
+            ):
+                if local["tmp_static_cache"] is not None:
+                    local["tmp_static_cache"] = None
+                if values:
+                    kept = values[0]
+                else:  # read afresh after a write of any Variable (see _structure)
+                    values.append(kept := list(map(raw_of, kept_vars)))
+                    COUNTER.held.append(values)
+                if pos == 0:
+                    result = jitted([], kept, None, other)
+                else:
+                    result = jitted([], kept, other, None)
+                if len(result) == 1:
+                    return result[0]
+                rest = (None, other) if pos == 0 else (other, None)
+                if len(result) == 5:  # jax.Refs among the results (see refs_out)
+                    return p.finish(full, *refs_in(result, ([], kept, rest, {})))
+                return p.finish(full, *result)
+        for p, serve in zip(plans.plans, plans.calls):
+            result = serve(full, kwargs)
+            if result is not MISS:
+                plans.last_used = True
+                plans.inline = p.inline
+                return result
+        return wrapped._call_full(plans, full, args, kwargs)
+
+    return call, bind
 
 
 def _sharding_options(in_shardings: Any, out_shardings: Any) -> tuple[dict[str, Any], Any]:
