@@ -3,8 +3,9 @@
 ``write`` lays out an ordinary safetensors file (8-byte little-endian header length, the
 JSON header padded with spaces to a multiple of 8, then the tensors' bytes) itself, so
 that every tensor is hashed in the same pass that writes it: each chunk is hashed while
-it is in the CPU's cache, then handed to the OS, with no copy of the data. The header has
-a fixed size (checksums are fixed-width hex), so it is written last, over a placeholder.
+it is in the CPU's cache, then handed to the OS, with no copy of the data (tiles: below).
+The header has a fixed size (checksums are fixed-width hex), so it is written last, over
+a placeholder.
 
 Checksums are XXH3 (64 bits) from the ``xxhash`` package: the fastest well-kept
 non-cryptographic hash with a maintained Python binding (tens of GB/s on one core), made
@@ -13,11 +14,28 @@ defence against a forger, who can rewrite the checksums too).
 
 Two kinds of checksum protect a file:
 
-- each tensor's bytes, hashed in chunks of ``CHUNK_BYTES`` (the last one shorter): the
-  entry's ``chunk_checksums``, labelled ``xxh3_64/<chunk bytes>:`` then every chunk's
-  hex run together. A load verifies each chunk as it reads it; a process that reads
-  only part of a tensor (its shards, in a multi-process load) reads the whole chunks
-  that hold its part and verifies them, so every byte it uses is checked. (Version 2
+- each tensor's bytes, hashed in pieces, so that a process that reads only part of a
+  tensor (its shards, in a multi-process load) reads the whole pieces that hold its part
+  and verifies them, and every byte it uses is checked:
+
+  - chunks, the entry's ``chunk_checksums``: ``xxh3_64/<chunk bytes>:`` then each
+    chunk's hex, the tensor's bytes cut into runs of ``CHUNK_BYTES`` (the last one
+    shorter; one for a small tensor). A load of the whole tensor verifies them as it
+    reads, with no copy. (Version 3 files have only these. A shard that splits a later
+    axis than the first of a large matrix holds a few bytes of every chunk.)
+  - tiles (version 4), the entry's ``tile_checksums``, of a tensor of rank 2 or more above
+    ``CHUNK_BYTES``: ``xxh3_64/<rows>x<tiles>:`` then each tile's hex, block by block,
+    tile by tile. The tensor is rows (its last axis; the leading axes flattened), grouped
+    in blocks of ``<rows>`` rows (about ``CHUNK_BYTES``; the last block shorter), each
+    cut across its columns into ``<tiles>`` tiles of equal width: the most of 16, 8, 4, 2
+    that divides the last axis into column blocks of at least ``MIN_TILE_ROW`` bytes
+    (none: no tiles, the chunks serve every read). A tile's checksum is the XXH3 of its row segments one after another. A shard
+    that splits the last axis into 2, 4, 8 or 16 equal parts is whole tiles, one that
+    splits leading axes whole blocks but at its ends.
+
+  Hashing a tile gathers its rows into a buffer of one block (never a copy of the
+  tensor), in a thread beside the one writing the file: the write waits in the kernel,
+  releasing the GIL, while the blocks just written are gathered and hashed. (Version 2
   files have one ``checksum`` per tensor, over all its bytes: still read and verified.)
 - the header's own, the first value of the safetensors metadata (``pytreemod.header``),
   over the 8-byte length and the header bytes with that value set to zeros. So a changed
@@ -30,10 +48,15 @@ labelled form ``xxh3_64:<hex>`` a header or manifest stores (``label``, ``unlabe
 never with literals of their own.
 """
 
+import dataclasses
 import json
+import math
+import os
 import re
+import threading
 from collections.abc import Callable, Mapping
-from typing import BinaryIO
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, BinaryIO
 
 import numpy as np
 import xxhash
@@ -50,7 +73,15 @@ CHUNK_CHECKSUMS = re.compile(
     rf"{ALGORITHM}/(?P<size>[1-9][0-9]{{0,15}}):(?P<sums>(?:[0-9a-f]{{{_HEX}}})*)"
 )
 """Labelled chunk checksums: ``xxh3_64/<chunk bytes>:`` then each chunk's hex."""
-CHUNK_BYTES = 1 << 20  # hashed then written while in cache; the chunk of chunk checksums
+TILE_CHECKSUMS = re.compile(
+    rf"{ALGORITHM}/(?P<rows>[1-9][0-9]{{0,15}})x(?P<tiles>[1-9][0-9]{{0,3}}):"
+    rf"(?P<sums>(?:[0-9a-f]{{{_HEX}}})*)"
+)
+"""Labelled tile checksums: ``xxh3_64/<rows>x<tiles>:`` then each tile's hex."""
+CHUNK_BYTES = 1 << 20  # a chunk; about a block of tiles
+TILE_COUNTS = (16, 8, 4, 2)  # tiles across a block: the most that fits
+MIN_TILE_ROW = 512  # bytes of a tile's row at least: a narrower one saves no read
+_PIECE = 1 << 22  # written, then its tiles hashed in the background, at a time
 MAX_HEADER = 100_000_000  # safetensors' own limit
 _PREFIX = b'{"__metadata__":{"' + HEADER_KEY.encode() + b'":"' + ALGORITHM.encode() + b":"
 
@@ -107,16 +138,164 @@ def label_chunks(hex_sums: str, size: int = CHUNK_BYTES) -> str:
     return f"{ALGORITHM}/{size}:{hex_sums}"
 
 
-def unlabel_chunks(labelled: str) -> tuple[int, list[str]]:
-    """The chunk size and each chunk's hex of labelled chunk checksums
-    (``CHUNK_CHECKSUMS`` has matched them)."""
-    size, _, sums = labelled.partition("/")[2].partition(":")
-    return int(size), [sums[i : i + _HEX] for i in range(0, len(sums), _HEX)]
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The pieces a tensor's bytes are checksummed in: ``rows`` rows of ``row_bytes``
+    bytes, in blocks of ``block_rows`` rows (the last one shorter), each block cut into
+    ``tiles`` tiles of ``row_bytes // tiles`` bytes a row. Chunks of ``size`` bytes are
+    rows of one byte in blocks of ``size``, one tile each."""
+
+    rows: int
+    row_bytes: int
+    block_rows: int
+    tiles: int
+    tiled: bool  # labelled as tiles (a version 4 form), not as chunks
+
+    @property
+    def tile_row(self) -> int:
+        """The bytes of one row of a tile."""
+        return self.row_bytes // self.tiles
+
+    @property
+    def blocks(self) -> int:
+        """How many blocks (none for no bytes)."""
+        return -(-self.rows // self.block_rows) if self.row_bytes else 0
+
+    def height(self, block: int) -> int:
+        """The rows of block ``block`` (the last may have fewer)."""
+        return min(self.block_rows, self.rows - block * self.block_rows)
+
+    def label(self, hex_sums: str) -> str:
+        """Checksums of these pieces (each one's hex, run together) in the stored form."""
+        if self.tiled:
+            return f"{ALGORITHM}/{self.block_rows}x{self.tiles}:{hex_sums}"
+        return label_chunks(hex_sums, self.block_rows)
 
 
-def chunk_count(nbytes: int, size: int = CHUNK_BYTES) -> int:
-    """How many chunks of ``size`` bytes hold ``nbytes`` (the last may be short)."""
-    return -(-nbytes // size)
+def chunk_layout(nbytes: int) -> Layout:
+    """The chunks of ``CHUNK_BYTES`` a tensor of ``nbytes`` is hashed in."""
+    return Layout(nbytes, 1, CHUNK_BYTES, 1, tiled=False)
+
+
+def tile_layout(shape: tuple[int, ...], itemsize: int) -> Layout | None:
+    """The tiles ``write`` also hashes a C-contiguous array of ``shape`` in: one of rank 2
+    or more above ``CHUNK_BYTES`` whose last axis splits into tiles (``None`` for any
+    other: a single tile a row would be whole rows, which its chunks already cover)."""
+    nbytes = math.prod(shape) * itemsize
+    if len(shape) < 2 or nbytes <= CHUNK_BYTES:
+        return None
+    row = shape[-1] * itemsize
+    fits = [t for t in TILE_COUNTS if shape[-1] % t == 0 and row // t >= MIN_TILE_ROW]
+    if not fits:
+        return None
+    return Layout(nbytes // row, row, max(1, CHUNK_BYTES // row), max(fits), True)
+
+
+def labels(chunks: str, tiles: str | None) -> str:
+    """A tensor's labelled chunk checksums and (if it has them) tile checksums, as one
+    value of ``write``'s sums: separated by a space, which no label holds."""
+    return chunks if tiles is None else f"{chunks} {tiles}"
+
+
+def unlabels(value: str) -> tuple[str, str | None]:
+    """The chunk checksums and tile checksums (``None``: none) of a ``labels`` value."""
+    chunks, _, tiles = value.partition(" ")
+    return chunks, tiles or None
+
+
+@dataclasses.dataclass(frozen=True)
+class Sums:
+    """A tensor's stored checksums: its ``layout`` and every piece's hex, run together,
+    block by block and tile by tile."""
+
+    layout: Layout
+    hexes: str
+
+    def of(self, block: int, tile: int = 0) -> str:
+        """The hex of tile ``tile`` of block ``block``."""
+        at = (block * self.layout.tiles + tile) * _HEX
+        return self.hexes[at : at + _HEX]
+
+
+def parse_sums(labelled: str, shape: tuple[int, ...], itemsize: int) -> Sums:
+    """The checksums ``labelled`` (``CHUNK_CHECKSUMS`` or ``TILE_CHECKSUMS`` has matched
+    it) of a stored tensor of ``shape`` and ``itemsize``; a ``ValueError`` saying what
+    does not fit the tensor."""
+    match = CHUNK_CHECKSUMS.fullmatch(labelled) or TILE_CHECKSUMS.fullmatch(labelled)
+    assert match is not None
+    hexes = match["sums"]
+    nbytes = math.prod(shape) * itemsize
+    if "size" in match.groupdict():
+        layout = Layout(nbytes, 1, int(match["size"]), 1, tiled=False)
+        count = f"{nbytes} bytes are {layout.blocks} chunks of {layout.block_rows}"
+    else:
+        if len(shape) < 2 or not nbytes:
+            raise ValueError(f"tile checksums of a tensor of shape {list(shape)} without rows")
+        tiles = int(match["tiles"])
+        if shape[-1] % tiles:
+            raise ValueError(f"its last axis ({shape[-1]}) does not divide into {tiles} tiles")
+        row = shape[-1] * itemsize
+        layout = Layout(nbytes // row, row, int(match["rows"]), tiles, tiled=True)
+        count = (
+            f"{layout.rows} rows are {layout.blocks} blocks of {layout.block_rows} rows, "
+            f"{tiles} tiles each"
+        )
+    found = len(hexes) // _HEX
+    if found != layout.blocks * layout.tiles:
+        kind = "tile" if layout.tiled else "chunk"
+        raise ValueError(f"{found} {kind} checksums, but the tensor's {count}")
+    return Sums(layout, hexes)
+
+
+def block_hexes(rows: np.ndarray, layout: Layout, first: int, stop: int) -> list[str]:
+    """The checksums of the pieces of blocks ``first:stop`` of ``rows`` (a tensor's bytes,
+    a C-contiguous ``uint8`` array of ``layout.rows * layout.row_bytes``), as hex.
+
+    The rows of a block's tiles are gathered, one tile after another, into a buffer of a
+    block (never the tensor); a block of one tile is its bytes, hashed in place.
+    """
+    height, tiles, width = layout.block_rows, layout.tiles, layout.tile_row
+    flat = rows.reshape(-1)
+    if tiles == 1:
+        step = height * layout.row_bytes
+        return [digest_bytes(flat[b * step : (b + 1) * step].data) for b in range(first, stop)]
+    cells = rows.reshape(layout.rows, layout.row_bytes).view(np.dtype((np.void, width)))
+    scratch = np.empty(min(height, layout.rows) * layout.row_bytes, np.uint8)
+    out = []
+    for b in range(first, stop):
+        h = layout.height(b)
+        gathered = scratch[: h * layout.row_bytes]
+        np.copyto(
+            gathered.view(cells.dtype).reshape(tiles, h), cells[b * height : b * height + h].T
+        )
+        out += [
+            digest_bytes(gathered[t * h * width : (t + 1) * h * width].data) for t in range(tiles)
+        ]
+    return out
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def in_background(fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """``fn(*args)`` in pytreemod's checksum thread (one, made at first use): hashing
+    beside a thread that reads or writes the file, whose system calls release the GIL."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(1, thread_name_prefix="pytreemod-checksums")
+        return _pool.submit(fn, *args)
+
+
+def _forget_pool() -> None:
+    """In a forked child, which has none of its parent's threads: a fresh thread later."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _bytes(data: np.ndarray) -> memoryview:
@@ -152,37 +331,71 @@ def _header(
 
 MetadataOf = Callable[[Mapping[str, str]], dict[str, str]]
 """``metadata_of(sums)``: the safetensors metadata of a file whose tensors have the
-chunk checksums ``sums`` (every chunk's hex run together, by name)."""
+checksums ``sums`` (labelled, chunks then tiles: ``labels``), by name."""
 
 
 def write(file: str, tensors: Mapping[str, np.ndarray], metadata_of: MetadataOf) -> None:
     """Write ``tensors`` (C-contiguous, little-endian, dtypes in ``CODES``) to ``file``.
 
-    ``metadata_of(sums)`` gives the safetensors metadata once every tensor's chunk
-    checksums are known; called first with placeholder sums of the same width, it must
-    give metadata of the same length.
+    ``metadata_of(sums)`` gives the safetensors metadata once every tensor's checksums
+    are known; called first with placeholder sums of the same width, it must give
+    metadata of the same length.
     """
     order = _order(tensors)
-    draft = {k: ZERO * chunk_count(t.nbytes) for k, t in tensors.items()}
-    length = len(_header(tensors, order, metadata_of(draft), ZERO))
-    sums: dict[str, str] = {}
+    tiles = {k: tile_layout(t.shape, t.dtype.itemsize) for k, t in tensors.items()}
+    length = len(_header(tensors, order, metadata_of(_sums(tensors, tiles, {})), ZERO))
+    hexes: dict[str, tuple[str, list[Future[list[str]]]]] = {}
     with open(file, "wb", buffering=0) as f:  # unbuffered: no copy in Python
         f.seek(length)
         for name in order:
-            view = _bytes(tensors[name])
-            parts = []
-            for start in range(0, len(view), CHUNK_BYTES):
-                chunk = view[start : start + CHUNK_BYTES]
-                parts.append(digest_bytes(chunk))  # hashed, then written from the cache
-                _write_all(f, chunk)
-            sums[name] = "".join(parts)
-        metadata = metadata_of(sums)
+            hexes[name] = _write_tensor(f, _bytes(tensors[name]), tiles[name])
+        metadata = metadata_of(_sums(tensors, tiles, hexes))
         unsigned = _header(tensors, order, metadata, ZERO)
         if len(unsigned) != length:
             raise AssertionError("checkpoint header changed size")  # a bug, never the user's
         signed = _header(tensors, order, metadata, digest_bytes(unsigned))
         f.seek(0)
         _write_all(f, memoryview(signed))
+
+
+def _write_tensor(
+    f: BinaryIO, view: memoryview, tiles: Layout | None
+) -> tuple[str, list[Future[list[str]]]]:
+    """Write a tensor's bytes, each chunk hashed just before (in the cache); its tiles, if
+    any, hashed in the checksum thread after each few blocks are written (still in the
+    cache, while the next are written). The chunks' hex, and the tiles' to come."""
+    chunks, pieces, first = [], [], 0
+    step = tiles.block_rows * tiles.row_bytes if tiles else 1
+    rows = np.frombuffer(view, np.uint8)
+    for start in range(0, len(view), CHUNK_BYTES):
+        chunk = view[start : start + CHUNK_BYTES]
+        chunks.append(digest_bytes(chunk))
+        _write_all(f, chunk)
+        if tiles is not None:
+            done = tiles.blocks if start + len(chunk) == len(view) else (start + len(chunk)) // step
+            if done - first >= max(1, _PIECE // step) or done == tiles.blocks:
+                pieces.append(in_background(block_hexes, rows, tiles, first, done))
+                first = done
+    return "".join(chunks), pieces
+
+
+def _sums(
+    tensors: Mapping[str, np.ndarray],
+    tiles: Mapping[str, Layout | None],
+    hexes: Mapping[str, tuple[str, list[Future[list[str]]]]],
+) -> dict[str, str]:
+    """The labelled sums of ``write`` (placeholders of their width where ``hexes`` has none)."""
+    out = {}
+    for name, data in tensors.items():
+        layout = tiles[name]
+        if name in hexes:
+            chunks, pieces = hexes[name]
+            tile_hexes = "".join(h for p in pieces for h in p.result())
+        else:
+            chunks = ZERO * chunk_layout(data.nbytes).blocks
+            tile_hexes = ZERO * layout.blocks * layout.tiles if layout else ""
+        out[name] = labels(label_chunks(chunks), layout.label(tile_hexes) if layout else None)
+    return out
 
 
 def _write_all(f: BinaryIO, view: memoryview) -> None:

@@ -3,7 +3,7 @@
 A checkpoint is one safetensors file. Its ``__metadata__`` holds ``format: pytreemod``
 and, under the key ``pytreemod``, a JSON document::
 
-    {"version": 3,
+    {"version": 4,
      "entries": {"blocks.3.mlp.kernel": {"path": ["blocks", 3, "mlp", "kernel"],
                                          "collection": "params", "variable": "Param",
                                          "dtype": "bfloat16", "shape": [4, 2],
@@ -21,13 +21,15 @@ or ``key`` (the ``jax.random.key_data`` of a typed PRNG key array, rebuilt with
 range, and that every entry has its tensor with a consistent dtype and size, so nothing
 later can fail on a malformed value; no name in a file is ever imported or evaluated.
 
-``chunk_checksums`` (version 3) are the checksums of the tensor's bytes, a chunk of
+``chunk_checksums`` (version 3 and 4) are the checksums of the tensor's bytes, a chunk of
 ``_checkpoint_file.CHUNK_BYTES`` at a time (one for a small tensor, none for an empty
-one), so that a process which reads only some of a tensor's bytes verifies them;
-``_checkpoint_file`` owns their form (hash, hex, label), writes and checks them, and the
-checksum of the header itself. Version 2 files (one ``checksum`` of all a tensor's
-bytes) are still read and verified; version 1 files (written before checksums) are read
-unchecked.
+one), and ``tile_checksums`` (version 4, a tensor of rank 2 or more above a chunk) those
+of its tiles: blocks of rows cut across the last axis (``xxh3_64/<rows>x<tiles>:``), so
+that a process which reads only some of a tensor's bytes (a shard of any axis) verifies
+them; ``_checkpoint_file`` owns their form (hash, hex, label, ``Layout``), writes and
+checks them, and the checksum of the header itself. Version 3 files (chunks only) are
+read as before; version 2 files (one ``checksum`` of all a tensor's bytes) are still
+read and verified; version 1 files (written before checksums) are read unchecked.
 """
 
 import dataclasses
@@ -43,7 +45,7 @@ from . import _checkpoint_file as cfile
 from ._errors import CheckpointFormatError
 
 FORMAT = "pytreemod"
-VERSION = 3  # 3: chunk checksums; 2 (read, not written): one checksum a tensor; 1: none
+VERSION = 4  # 4: tile checksums; 3: chunks only; 2: one checksum a tensor; 1: none
 MAX_RANK = 64
 MAX_ELEMENTS = 2**62
 
@@ -135,9 +137,12 @@ class Entry:
     key_impl: str | None
     boxes: tuple[BoxRecord, ...]
     checksum: str | None = None  # version 2: labelled (cfile.label), of all the bytes
-    chunk_checksums: str | None = None  # version 3: labelled (cfile.label_chunks)
+    chunk_checksums: str | None = None  # version 3 and 4: labelled (cfile.label_chunks)
+    tile_checksums: str | None = None  # version 4, a large tensor: labelled (cfile.Layout)
 
-    def to_json(self, chunk_checksums: str) -> dict[str, Any]:
+    def to_json(self, sums: str) -> dict[str, Any]:
+        """The entry's JSON, with the checksums ``sums`` (``cfile.labels``)."""
+        chunks, tiles = cfile.unlabels(sums)
         return {
             "path": list(self.path),
             "collection": self.collection,
@@ -147,8 +152,8 @@ class Entry:
             "encoding": self.encoding,
             "key_impl": self.key_impl,
             "boxes": [{"type": b.type, "fields": b.fields} for b in self.boxes],
-            "chunk_checksums": chunk_checksums,
-        }
+            "chunk_checksums": chunks,
+        } | ({"tile_checksums": tiles} if tiles is not None else {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,11 +171,11 @@ class Header:
     aliases: dict[str, Alias]
 
     def to_metadata(self, sums: Mapping[str, str]) -> dict[str, str]:
-        """The safetensors metadata, with ``sums[key]`` (every chunk's hex run together)
-        as each entry's chunk checksums."""
+        """The safetensors metadata, with ``sums[key]`` (labelled: ``cfile.labels``) as
+        each entry's chunk (and tile) checksums."""
         doc = {
             "version": VERSION,
-            "entries": {k: e.to_json(cfile.label_chunks(sums[k])) for k, e in self.entries.items()},
+            "entries": {k: e.to_json(sums[k]) for k, e in self.entries.items()},
             "aliases": {k: {"path": list(a.path), "of": a.of} for k, a in self.aliases.items()},
         }
         return {"format": FORMAT, FORMAT: json.dumps(doc, allow_nan=False)}
@@ -328,7 +333,7 @@ def parse_header(
         raise r.fail("header", f"not valid JSON ({e})") from None
     doc = r.obj(doc, "header")
     version = r.field(doc, "version", int, "header")
-    if version not in (1, 2, VERSION):
+    if version not in (1, 2, 3, VERSION):
         raise r.fail("header", f"format version {version} is not supported (this is {VERSION})")
     if version >= 2 and not header_checked:
         raise r.fail("header", "the header's checksum is missing")
@@ -357,7 +362,7 @@ def parse_header(
 def _parse_entry(r: _Reader, key: str, raw: Any, version: int) -> Entry:
     where = f"entry {key!r}"
     raw = r.obj(raw, where)
-    checksum = chunk_checksums = None
+    checksum = chunk_checksums = tile_checksums = None
     if version == 2:
         checksum = r.field(raw, "checksum", str, where)
         if not cfile.CHECKSUM.fullmatch(checksum):
@@ -366,6 +371,10 @@ def _parse_entry(r: _Reader, key: str, raw: Any, version: int) -> Entry:
         chunk_checksums = r.field(raw, "chunk_checksums", str, where)
         if not cfile.CHUNK_CHECKSUMS.fullmatch(chunk_checksums):
             raise r.fail(where, f"'chunk_checksums' are not {cfile.ALGORITHM} chunk checksums")
+    if version >= 4 and "tile_checksums" in raw:
+        tile_checksums = r.field(raw, "tile_checksums", str, where)
+        if not cfile.TILE_CHECKSUMS.fullmatch(tile_checksums):
+            raise r.fail(where, f"'tile_checksums' are not {cfile.ALGORITHM} tile checksums")
     dtype = r.field(raw, "dtype", str, where)
     encoding = r.field(raw, "encoding", str, where)
     key_impl = r.field(raw, "key_impl", (str, None), where)
@@ -397,6 +406,7 @@ def _parse_entry(r: _Reader, key: str, raw: Any, version: int) -> Entry:
         boxes=tuple(boxes),
         checksum=checksum,
         chunk_checksums=chunk_checksums,
+        tile_checksums=tile_checksums,
     )
 
 
@@ -419,12 +429,9 @@ def _check_tensor(r: _Reader, e: Entry, code: str, shape: tuple[int, ...]) -> No
             f"the tensor ({code}{list(shape)}) does not hold a {e.encoding}-encoded "
             f"{e.dtype}{list(e.shape)}",
         )
-    if e.chunk_checksums is not None:
-        nbytes = math.prod(shape) * DTYPES[stored].itemsize
-        size, sums = cfile.unlabel_chunks(e.chunk_checksums)
-        if len(sums) != cfile.chunk_count(nbytes, size):
-            raise r.fail(
-                where,
-                f"{len(sums)} chunk checksums, but the tensor's {nbytes} bytes are "
-                f"{cfile.chunk_count(nbytes, size)} chunks of {size}",
-            )
+    for sums in (e.chunk_checksums, e.tile_checksums):
+        try:
+            if sums is not None:
+                cfile.parse_sums(sums, shape, DTYPES[stored].itemsize)
+        except ValueError as problem:
+            raise r.fail(where, str(problem)) from None

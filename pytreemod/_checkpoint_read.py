@@ -8,6 +8,12 @@ arrives (while it is in the CPU's cache), so a load holds the placed arrays plus
 tensor on the host at a time: the model plus its largest tensor on the CPU backend, only
 the largest tensor when arrays are placed on an accelerator.
 
+A process that needs only some tiles of a tensor (``_checkpoint_part``) takes them from a
+memory map of that tensor's bytes alone, unmapped once they are copied: one strided copy
+per run of tiles in a block, where reading each tile's rows would be a system call per
+row. (A file cut while it is mapped would fault: ``safetensors.safe_open`` maps the
+whole file the same way.) Every byte taken from the file is counted in ``bytes_read``.
+
 The header is parsed here with the checks safetensors makes (a bounded header length,
 JSON with string metadata, known dtypes, tensors that tile the data section exactly), so a
 cut, appended or malformed file is a ``CheckpointFormatError`` naming the file.
@@ -17,6 +23,7 @@ import json
 import math
 import mmap
 import os
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -79,6 +86,7 @@ class Reader:
 
     def __init__(self, file: str):
         self.file = file
+        self.bytes_read = 0  # of tensor data, read or copied from a map
         self._f = open(file, "rb", buffering=0)  # closed by close()
         try:
             self._parse()
@@ -186,15 +194,22 @@ class Reader:
             if h is not None:
                 h.update(piece)
         if h is not None and cfile.hex_of(h) != checksum:
-            raise cfile.damaged(
-                self.file, f"the stored bytes of {what} do not match their checksum"
-            )
+            raise self._damaged(what)
         return out
 
     def nbytes(self, name: str) -> int:
         """The size of tensor ``name``'s bytes."""
         begin, stop = self._spans[name]
         return stop - begin
+
+    def sums(self, name: str, labelled: str) -> cfile.Sums:
+        """The labelled chunk or tile checksums of tensor ``name`` (the header's parse
+        has checked that they fit it)."""
+        code, shape = self.tensors[name]
+        return cfile.parse_sums(labelled, shape, BITS[code] // 8)
+
+    def _damaged(self, what: str) -> CheckpointFormatError:
+        return cfile.damaged(self.file, f"the stored bytes of {what} do not match their checksum")
 
     def read_span(
         self, name: str, begin: int, end: int, chunk_sums: str | None, what: str
@@ -204,7 +219,11 @@ class Reader:
         (labelled), the whole chunks that hold the span are read, each checked against
         its checksum as it arrives (a difference raises ``CheckpointFormatError`` naming
         ``what``); without, exactly the span, unchecked."""
-        size, sums = cfile.unlabel_chunks(chunk_sums) if chunk_sums else (0, [])
+        size, sums = 0, None
+        if chunk_sums:
+            sums = self.sums(name, chunk_sums)
+            assert not sums.layout.tiled, "tiles are read with read_tiles"
+            size = sums.layout.block_rows * sums.layout.row_bytes
         nbytes = self.nbytes(name)
         if size:
             begin, end = begin - begin % size, min(nbytes, -(-end // size) * size)
@@ -214,11 +233,33 @@ class Reader:
         for start in range(0, len(out), step):
             piece = out.data[start : start + step]
             self._fill(piece, name)
-            if size and cfile.digest_bytes(piece) != sums[(begin + start) // size]:
-                raise cfile.damaged(
-                    self.file, f"the stored bytes of {what} do not match their checksum"
-                )
+            if sums is not None and cfile.digest_bytes(piece) != sums.of((begin + start) // size):
+                raise self._damaged(what)
         return out, begin
+
+    def read_tiles(
+        self, name: str, sums: cfile.Sums, needed: Mapping[int, Collection[int]], what: str
+    ) -> dict[tuple[int, int], np.ndarray]:
+        """The tiles ``needed`` (tile numbers by block) of tensor ``name``: ``(block, tile)
+        -> rows x row bytes`` (``uint8``, C-contiguous), each checked against its checksum
+        as it is copied (a difference raises ``CheckpointFormatError`` naming ``what``).
+        The tiles next to each other in a block are copied from the map at once."""
+        begin = self.data_start + self._spans[name][0]
+        skip = begin % mmap.ALLOCATIONGRANULARITY
+        mapped = mmap.mmap(
+            self._f.fileno(), skip + self.nbytes(name), access=mmap.ACCESS_READ, offset=begin - skip
+        )
+        try:
+            out, copied = _copy_tiles(mapped, skip, sums, needed)
+        finally:
+            try:
+                mapped.close()  # no array views it: _copy_tiles's are gone
+            except BufferError:  # but for an error's traceback: the map goes with it
+                pass
+        self.bytes_read += copied
+        if out is None:
+            raise self._damaged(what)
+        return out
 
     def _fill(self, view: memoryview, name: str) -> None:
         """Read ``len(view)`` bytes from the file's position into ``view``."""
@@ -228,3 +269,44 @@ class Reader:
             if not n:
                 raise self._fail(f"the file ended inside tensor {name!r}")
             done += n
+        self.bytes_read += done
+
+
+def _runs(numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct ``numbers`` as ranges ``[first, stop)`` of consecutive ones."""
+    out: list[tuple[int, int]] = []
+    for n in numbers:
+        if out and out[-1][1] == n:
+            out[-1] = (out[-1][0], n + 1)
+        else:
+            out.append((n, n + 1))
+    return out
+
+
+def _copy_tiles(
+    mapped: mmap.mmap, skip: int, sums: cfile.Sums, needed: Mapping[int, Collection[int]]
+) -> tuple[dict[tuple[int, int], np.ndarray] | None, int]:
+    """``Reader.read_tiles`` from the tensor's map (its bytes from ``skip``): the tiles, or
+    ``None`` once one differs from its checksum, and the bytes copied. Raises nothing of
+    its own, so that no view of the map outlives it."""
+    layout = sums.layout
+    width, height = layout.tile_row, layout.block_rows
+    cells = np.frombuffer(mapped, np.dtype((np.void, width)), layout.rows * layout.tiles, skip)
+    cells = cells.reshape(layout.rows, layout.tiles)
+    runs = [(block, run) for block in sorted(needed) for run in _runs(sorted(needed[block]))]
+    sizes = [(stop - first) * layout.height(block) * width for block, (first, stop) in runs]
+    into = np.empty(sum(sizes), np.uint8)  # one: freed once the shards are cut from it
+    out: dict[tuple[int, int], np.ndarray] = {}
+    at = 0
+    for (block, (first, stop)), size in zip(runs, sizes):
+        h = layout.height(block)
+        got = into[at : at + size]
+        at += size
+        rows = cells[block * height : block * height + h, first:stop]
+        np.copyto(got.view(cells.dtype).reshape(stop - first, h), rows.T)
+        for i, tile in enumerate(range(first, stop)):
+            one = got[i * h * width : (i + 1) * h * width]
+            if cfile.digest_bytes(one.data) != sums.of(block, tile):
+                return None, at
+            out[block, tile] = one.reshape(h, width)
+    return out, at
