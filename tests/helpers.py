@@ -44,6 +44,51 @@ def wait_for_processes(procs: list[Any], timeout: float) -> list[str]:
     return outputs
 
 
+def free_port() -> int:
+    """A TCP port free on this machine now (for a JAX cluster's coordinator)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_workers(
+    module: str,
+    folder: Any,
+    *extra: str,
+    count: int = 2,
+    devices: int = 4,
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """``count`` processes ``python -m module <i> <port> <folder> *extra`` of one JAX
+    cluster (``port``: a free one for its coordinator), each with ``devices`` CPU devices
+    and ``env`` added to this process's environment, output piped, each in its own
+    process group (``wait_for_processes`` / ``kill_processes`` end them)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    from tests.xla_env import xla_flags
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    port = free_port()
+    full = dict(os.environ, XLA_FLAGS=xla_flags(devices), JAX_PLATFORMS="cpu", **(env or {}))
+    full["PYTHONPATH"] = os.pathsep.join([str(root), full.get("PYTHONPATH", "")])
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", module, str(i), str(port), str(folder), *extra],
+            cwd=root,
+            env=full,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for i in range(count)
+    ]
+
+
 def write_signed(tensors: dict[str, Any], path: Any, metadata: dict[str, str]) -> None:
     """Write a crafted checkpoint whose header checksum is valid, as ``pm.save`` signs it, so
     that a test reaches the checks behind it (the entries' own checksums stay as given)."""

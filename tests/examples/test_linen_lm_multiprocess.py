@@ -11,7 +11,6 @@ groups are killed if they overrun or the test fails.
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import types
@@ -22,8 +21,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from tests.helpers import kill_processes, wait_for_processes
-from tests.xla_env import xla_flags
+from tests.helpers import kill_processes, start_workers, wait_for_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "linen_lm.py"
@@ -62,29 +60,8 @@ def _flat(tree: Any) -> dict[str, np.ndarray]:
     return {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree.leaves_with_path(tree)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_workers(folder: pathlib.Path) -> list[subprocess.Popen[bytes]]:
-    port = _free_port()
-    env = dict(os.environ, XLA_FLAGS=xla_flags(4))
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    module = "tests.examples.test_linen_lm_multiprocess"
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", module, str(i), str(port), str(folder)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, killed as a whole
-        )
-        for i in range(2)
-    ]
+    return start_workers("tests.examples.test_linen_lm_multiprocess", folder)
 
 
 def _assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:

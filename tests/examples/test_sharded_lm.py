@@ -7,7 +7,6 @@ complete checkpoint with the losses of an uninterrupted run."""
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import types
@@ -20,8 +19,7 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 import pytreemod as pm
-from tests.helpers import kill_processes, wait_for_processes
-from tests.xla_env import xla_flags
+from tests.helpers import kill_processes, start_workers, wait_for_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "sharded_lm.py"
@@ -123,37 +121,18 @@ def worker(process_id: int, port: int, folder: str, mode: str = "train") -> None
         json.dump(result, f)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(
     folder: pathlib.Path, cache: pathlib.Path | None, mode: str = "train"
 ) -> list[subprocess.Popen[bytes]]:
     """Two workers; with JAX's persistent compilation ``cache`` (most of a run is
     compiling its programs, the same in every run: the restarted run reads those of the
     uninterrupted one, which has finished writing them)."""
-    port = _free_port()
-    env = dict(os.environ, XLA_FLAGS=xla_flags(4))
-    env["JAX_PLATFORMS"] = "cpu"
+    env: dict[str, str] = {}
     if cache is not None:
         env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
         env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", MODULE, str(i), str(port), str(folder), mode],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, killed as a whole
-        )
-        for i in range(2)
-    ]
+    return start_workers(MODULE, folder, mode, env=env)
 
 
 def _results(folder: pathlib.Path) -> list[dict]:

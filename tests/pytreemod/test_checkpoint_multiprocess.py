@@ -18,8 +18,6 @@ their process groups are killed if they overrun. One launch covers both axis typ
 import json
 import os
 import pathlib
-import socket
-import subprocess
 import sys
 import threading
 from typing import Any
@@ -34,8 +32,7 @@ from jax.sharding import PartitionSpec as P
 
 import pytreemod as pm
 from pytreemod.nn import functional as F
-from tests.helpers import wait_for_processes
-from tests.xla_env import xla_flags
+from tests.helpers import start_workers, wait_for_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = (("batch", "data"), ("embed", None), ("mlp", "model"))
@@ -287,33 +284,12 @@ def worker(process_id: int, port: int, folder: str) -> None:
     jax.distributed.shutdown()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, list[Any]]:
     """The folder the two workers wrote (a checkpoint per axis type) and their results."""
     tmp_path = tmp_path_factory.mktemp("multiprocess")
     write_files(tmp_path)
-    port = _free_port()
-    env = dict(os.environ, XLA_FLAGS=xla_flags(4))
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    module = "tests.pytreemod.test_checkpoint_multiprocess"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", module, str(i), str(port), str(tmp_path)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        for i in range(2)
-    ]
+    procs = start_workers("tests.pytreemod.test_checkpoint_multiprocess", tmp_path)
     wait_for_processes(procs, timeout=180)
     return tmp_path, [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
 

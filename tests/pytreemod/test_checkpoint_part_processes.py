@@ -12,8 +12,6 @@ one launch covers every case.
 import json
 import os
 import pathlib
-import socket
-import subprocess
 import sys
 from typing import Any
 
@@ -24,8 +22,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import pytreemod as pm
-from tests.helpers import wait_for_processes, write_signed
-from tests.xla_env import xla_flags
+from tests.helpers import start_workers, wait_for_processes, write_signed
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROWS, COLS = 256, 2048  # float32: 16 tiles a row (512 bytes), 128 rows a block
@@ -125,31 +122,11 @@ def worker(process_id: int, port: int, folder: str) -> None:
     jax.distributed.shutdown()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     folder = tmp_path_factory.mktemp("part-processes")
     write_files(folder)
-    env = dict(os.environ, XLA_FLAGS=xla_flags(4), JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    port = _free_port()
-    module = "tests.pytreemod.test_checkpoint_part_processes"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", module, str(i), str(port), str(folder)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        for i in range(2)
-    ]
+    procs = start_workers("tests.pytreemod.test_checkpoint_part_processes", folder)
     wait_for_processes(procs, timeout=120)
     return [json.loads((folder / f"worker{i}.json").read_text()) for i in range(2)]
 
