@@ -596,10 +596,6 @@ class InstanceNorm(Module):
         )
 
 
-def _l2_normalize(x: Array, axis: Any = None, eps: float = 1e-12) -> Array:
-    return x * lax.rsqrt((x * x).sum(axis=axis, keepdims=True) + eps)
-
-
 def _path_name(path: Sequence[Any]) -> str:
     return jax.tree_util.keystr(tuple(path), simple=True, separator="/")
 
@@ -695,14 +691,7 @@ class SpectralNorm(Module):
             self.param_dtype,
         )
         sigma_var = self.variable(self.collection_name, sigma_name, jnp.ones, (), self.param_dtype)
-        u0 = u_var.value
-        v0 = u0
-        for _ in range(self.n_steps):
-            v0 = _l2_normalize(jnp.matmul(u0, value.transpose([1, 0])), eps=self.epsilon)
-            u0 = _l2_normalize(jnp.matmul(v0, value), eps=self.epsilon)
-        u0 = lax.stop_gradient(u0)
-        v0 = lax.stop_gradient(v0)
-        sigma = jnp.matmul(jnp.matmul(v0, value), jnp.transpose(u0))[0, 0]
+        u0, v0, sigma = F.spectral_power_iteration(value, u_var.value, self.n_steps, self.epsilon)
         value = value / jnp.where(sigma != 0, sigma, 1)
         if update_stats:
             u_var.value = u0
@@ -788,7 +777,7 @@ class WeightNorm(Module):
         for ax in feat:
             feature_shape[ax] = value.shape[ax]
             reduced_shape.append(value.shape[ax])
-        value_bar = _l2_normalize(value, axis=red, eps=self.epsilon)
+        value_bar = F.l2_normalize(value, axis=red, eps=self.epsilon)
         args = [vs]
         if self.use_scale:
             scale = self.param(

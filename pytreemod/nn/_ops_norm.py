@@ -478,3 +478,24 @@ def batch_norm(
 def ema(running: jax.Array, batch: jax.Array, momentum: float) -> jax.Array:
     """``momentum * running + (1 - momentum) * batch``: a running-average update."""
     return momentum * running + (1.0 - momentum) * jnp.asarray(batch, running.dtype)
+
+
+def l2_normalize(x: jax.Array, axis: Axes | None = None, eps: float = 1e-12) -> jax.Array:
+    """``x`` divided by its L2 norm over ``axis`` (every axis: ``None``), ``eps`` added to
+    the squared norm: the direction of weight normalisation and of power iteration."""
+    return x * lax.rsqrt((x * x).sum(axis=axis, keepdims=True) + eps)
+
+
+def spectral_power_iteration(
+    matrix: jax.Array, u: jax.Array, n_steps: int, eps: float = 1e-12
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``n_steps`` of power iteration on ``matrix`` (2-D) from the row vector ``u``
+    (``(1, columns)``): the new ``u``, ``v`` (gradients stopped) and ``sigma``, the
+    estimate of the largest singular value that spectral normalisation divides by."""
+    v = u
+    for _ in range(n_steps):
+        v = l2_normalize(jnp.matmul(u, matrix.T), eps=eps)
+        u = l2_normalize(jnp.matmul(v, matrix), eps=eps)
+    u, v = lax.stop_gradient(u), lax.stop_gradient(v)
+    sigma = jnp.matmul(jnp.matmul(v, matrix), u.T)[0, 0]
+    return u, v, sigma

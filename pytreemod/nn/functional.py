@@ -41,9 +41,11 @@ from ._ops_norm import batch_stats as batch_stats
 from ._ops_norm import compute_stats as compute_stats
 from ._ops_norm import ema as ema
 from ._ops_norm import group_norm as group_norm
+from ._ops_norm import l2_normalize as l2_normalize
 from ._ops_norm import layer_norm as layer_norm
 from ._ops_norm import normalize as normalize
 from ._ops_norm import rms_norm as rms_norm
+from ._ops_norm import spectral_power_iteration as spectral_power_iteration
 from ._ops_pool import avg_pool as avg_pool
 from ._ops_pool import max_pool as max_pool
 from ._ops_pool import min_pool as min_pool

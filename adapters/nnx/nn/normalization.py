@@ -557,10 +557,6 @@ class InstanceNorm(Module):
         return _normalize(self, x, mean, var, scale, bias, reduction_axes, feature_axes)
 
 
-def _l2_normalize(x: Array, axis: Any = None, eps: float = 1e-12) -> Array:
-    return x * lax.rsqrt((x * x).sum(axis=axis, keepdims=True) + eps)
-
-
 def _as_matrix(value: Array, error_on_non_matrix: bool) -> Array:
     if value.ndim > 2:
         if error_on_non_matrix:
@@ -654,13 +650,7 @@ class SpectralNorm(Module):
             return
         value = _as_matrix(value, self.error_on_non_matrix)
         u_stat, sigma_stat = self._stat(path, "u"), self._stat(path, "sigma")
-        u = u_stat[...]
-        v = u
-        for _ in range(self.n_steps):
-            v = _l2_normalize(jnp.matmul(u, value.T), eps=self.epsilon)
-            u = _l2_normalize(jnp.matmul(v, value), eps=self.epsilon)
-        u, v = lax.stop_gradient(u), lax.stop_gradient(v)
-        sigma = jnp.matmul(jnp.matmul(v, value), u.T)[0, 0]
+        u, v, sigma = F.spectral_power_iteration(value, u_stat[...], self.n_steps, self.epsilon)
         value = (value / jnp.where(sigma != 0, sigma, 1)).reshape(shape)
         if update:
             u_stat[...] = u
@@ -731,7 +721,7 @@ class WeightNorm(Module):
         value = param[...]
         feature_axes = _canonicalize_axes(value.ndim, self.feature_axes)
         reduction_axes = tuple(i for i in range(value.ndim) if i not in feature_axes)
-        value_bar = _l2_normalize(value, axis=reduction_axes, eps=self.epsilon)
+        value_bar = F.l2_normalize(value, axis=reduction_axes, eps=self.epsilon)
         cast_args = [value]
         if self.use_scale:
             assert self.scales is not None

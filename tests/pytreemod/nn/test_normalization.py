@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pytreemod as pm
 from pytreemod.nn import functional as F
@@ -369,3 +371,25 @@ def test_default_norm_parameters_are_jax_numpys_ones_and_zeros(dtype: Any) -> No
     ours = jax.make_jaxpr(lambda: pm.nn.LayerNorm((2, 3), param_dtype=dtype))()
     theirs = jax.make_jaxpr(lambda: (jnp.ones((2, 3), dtype), jnp.zeros((2, 3), dtype)))()
     assert str(ours) == str(theirs)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_l2_normalize_gives_unit_rows_and_keeps_directions(rows: int, cols: int, seed: int) -> None:
+    x = jax.random.normal(jax.random.key(seed), (rows, cols)) + 0.1
+    unit = F.l2_normalize(x, axis=1)
+    np.testing.assert_allclose(jnp.linalg.norm(unit, axis=1), np.ones(rows), rtol=1e-5)
+    np.testing.assert_allclose(unit * jnp.linalg.norm(x, axis=1, keepdims=True), x, rtol=1e-5)
+    whole = F.l2_normalize(x)  # every axis
+    np.testing.assert_allclose(jnp.linalg.norm(whole), 1.0, rtol=1e-5)
+
+
+def test_power_iteration_finds_the_largest_singular_value() -> None:
+    matrix = jnp.asarray([[3.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0], [0.2, 0.0, 0.1]])
+    u = jnp.ones((1, 3))
+    u, v, sigma = F.spectral_power_iteration(matrix, u, n_steps=50)
+    top = np.linalg.svd(np.asarray(matrix), compute_uv=False)[0]
+    np.testing.assert_allclose(sigma, top, rtol=1e-4)
+    assert u.shape == (1, 3) and v.shape == (1, 4)
+    grads = jax.grad(lambda m: F.spectral_power_iteration(m, jnp.ones((1, 3)), 1)[1].sum())(matrix)
+    np.testing.assert_array_equal(grads, np.zeros_like(matrix))  # u and v carry no gradient
