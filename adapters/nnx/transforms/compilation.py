@@ -203,6 +203,7 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
 
     def __new__(cls, fun: Callable[P, R], /, **options: Any) -> "JitWrapped[P, R]":
         call, bind = _make_call()
+        functools.update_wrapper(call, fun)  # what JAX names and locates (it unwraps partials)
         obj = super().__new__(cls, call)
         obj._setup(fun, **options)
         bind(obj)
