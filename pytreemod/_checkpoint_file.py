@@ -29,9 +29,9 @@ Two kinds of checksum protect a file:
     in blocks of ``<rows>`` rows (about ``CHUNK_BYTES``; the last block shorter), each
     cut across its columns into ``<tiles>`` tiles of equal width: the most of 16, 8, 4, 2
     that divides the last axis into column blocks of at least ``MIN_TILE_ROW`` bytes
-    (none: no tiles, the chunks serve every read). A tile's checksum is the XXH3 of its row segments one after another. A shard
-    that splits the last axis into 2, 4, 8 or 16 equal parts is whole tiles, one that
-    splits leading axes whole blocks but at its ends.
+    (none: no tiles, the chunks serve every read). A tile's checksum is the XXH3 of its
+    row segments one after another. A shard that splits the last axis into 2, 4, 8 or 16
+    equal parts is whole tiles, one that splits leading axes whole blocks but at its ends.
 
   Hashing a tile gathers its rows into a buffer of one block (never a copy of the
   tensor), in a thread beside the one writing the file: the write waits in the kernel,
