@@ -321,6 +321,12 @@ class Plan:
                     self,
                 )
 
+    def release(self) -> None:
+        """Drop the values the one-frame call kept (the plan is gone: they must not keep
+        the model's arrays alive)."""
+        if self.inline is not None:
+            self.inline[4].clear()
+
     def run(self, jitted: Any, full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         args = list(full)
         for position in self.key.positions:
@@ -602,6 +608,11 @@ class PlanCache:
         # (Plan.inline), or None: cleared whenever a plan is added or dropped.
         self.inline: tuple[Any, ...] | None = None
 
+    def __del__(self) -> None:
+        # the jitted function is gone: its plans' kept values go with it
+        for plan in self.plans:
+            plan.release()
+
     @property
     def enabled(self) -> bool:
         return self.wasted < _MAX_WASTED
@@ -619,6 +630,7 @@ class PlanCache:
             same_nodes = [r() for _, r in p.refs] == [r() for _, r in plan.refs]
             (dropped if same_nodes or len(kept) >= _MAX_PLANS - 1 else kept).append(p)
         for p in dropped:
+            p.release()
             for f in p.finalizers:
                 f.detach()
         self.plans = [plan, *kept]
@@ -632,6 +644,8 @@ class PlanCache:
 
 def _drop(cache_ref: "weakref.ref[PlanCache]", plan_ref: "weakref.ref[Plan]") -> None:
     cache, plan = cache_ref(), plan_ref()
+    if plan is not None:
+        plan.release()
     if cache is not None and plan is not None and plan in cache.plans:
         cache.plans.remove(plan)
         cache.calls = [p.call for p in cache.plans]

@@ -499,3 +499,23 @@ def test_a_write_to_another_models_variable_only_costs_a_fresh_read() -> None:
     other.w[...] = jnp.zeros(3)
     np.testing.assert_allclose(f(m, jnp.ones(3)), 2.0 * np.ones(3))
     assert _structure.COUNTER.held
+
+
+def test_kept_values_do_not_outlive_the_model_or_the_function() -> None:
+    import weakref
+
+    f, m = nnx.jit(lambda m, x: m(x)), Pure()
+    for _ in range(3):
+        f(m, jnp.ones(3))
+    array = weakref.ref(m.w.get_raw_value())
+    del m
+    gc.collect()
+    assert array() is None  # no write happened, yet the kept list let it go
+    g, other = nnx.jit(lambda m, x: m(x)), Pure()
+    for _ in range(3):
+        g(other, jnp.ones(3))
+    kept = g.plans.plans[0].inline[4]
+    assert kept == [[other.w.get_raw_value()]]
+    del g
+    gc.collect()
+    assert kept == []  # the function's plans released their values
