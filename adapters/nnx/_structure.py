@@ -17,9 +17,11 @@ reuses it while the epoch is unchanged. So every change of structure must move t
 Values are not structure: a plan reads its Variables' values at every call. The plan
 that serves ``f(node, x)`` inline keeps the list it read for the next call while no
 Variable's value is replaced (``held``); every write of a Variable's value
-(``Variable.__setattr__``, ``set_raw_value``, a plan's write-back) calls ``written``,
-which empties the kept lists, so the next call reads afresh (and no list keeps an array
-alive once its Variable holds another).
+(``Variable.__setattr__``, ``set_raw_value``, a plan's write-back) calls ``written``
+after it, which counts the write (``writes``) and empties the kept lists, so the next
+call reads afresh (and no list keeps an array alive once its Variable holds another).
+A list read while another thread wrote is not kept: the reader compares ``writes``
+before its read and after it has registered its list.
 
 Objects nobody watches (the fresh ones built inside a trace) change freely without
 invalidating anything; a watched object is forgotten when it dies.
@@ -34,12 +36,13 @@ __all__ = ["bump", "epoch", "touched", "watch", "written"]
 
 
 class _Counter:
-    __slots__ = ("epoch", "held", "watched")
+    __slots__ = ("epoch", "held", "watched", "writes")
 
     def __init__(self) -> None:
         self.epoch = 0
         # the value lists plans keep between calls (each a one-item list, or empty)
         self.held: list[list[Any]] = []
+        self.writes = 0  # Variable values written so far (see ``written``)
         # id -> weak reference of each watched object; an entry leaves when its object
         # dies, so a new object that reuses the id is not mistaken for it.
         self.watched: dict[int, weakref.ref[object]] = {}
@@ -65,12 +68,14 @@ def bump() -> None:
 
 
 def written() -> None:
-    """A Variable's value was replaced: empty the value lists plans keep. Callers test
-    ``COUNTER.held`` first (a write with no list kept costs that test only)."""
+    """A Variable's value was replaced (call it after the write): count the write and
+    empty the value lists plans keep."""
+    COUNTER.writes += 1
     held = COUNTER.held
-    for values in held:
-        values.clear()
-    held.clear()
+    if held:
+        COUNTER.held = []
+        for values in held:
+            values.clear()
 
 
 def touched(obj: object) -> None:

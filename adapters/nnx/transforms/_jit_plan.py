@@ -355,8 +355,7 @@ class Plan:
                     )
                 for i, value in changed.items():
                     object.__setattr__(leaves[i], "_raw_value", value)
-                if COUNTER.held:
-                    _structure.written()
+                _structure.written()
             return plain if slotted is None else extract.raise_outputs(slotted)
         nodes = tuple(full[p] for p in self.key.positions)
         lowered = Lowered(nodes, self.leaves, self.paths, self.modes[0], self.modes[1], "jit")

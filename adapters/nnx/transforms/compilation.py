@@ -522,8 +522,11 @@ def _make_call() -> tuple[Callable[..., Any], Callable[[Any], None]]:
                 if values:
                     kept = values[0]
                 else:  # read afresh after a write of any Variable (see _structure)
+                    writes = COUNTER.writes
                     values.append(kept := list(map(raw_of, kept_vars)))
                     COUNTER.held.append(values)
+                    if COUNTER.writes != writes:  # another thread wrote meanwhile
+                        values.clear()
                 if pos == 0:
                     result = jitted([], kept, None, other)
                 else:

@@ -291,8 +291,6 @@ class Variable(
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._check_can_update()
-        if _structure.COUNTER.held:
-            _structure.written()
         try:
             object.__setattr__(self, name, value)
         except AttributeError as e:
@@ -302,6 +300,7 @@ class Variable(
                 f"  variable.set_metadata({name}=value)\n\nor\n\n"
                 f"  variable.set_metadata('{name}', value)"
             ) from e
+        _structure.written()  # after the write (see _structure: values kept by plans)
 
     def __delattr__(self, name: str) -> None:
         self._check_can_update()
@@ -434,9 +433,8 @@ class Variable(
         """Store ``value`` as is, bypassing hooks and ``set_value``."""
         if not _unsafe_bypass_check:
             self._check_can_update()
-        if _structure.COUNTER.held:
-            _structure.written()
         object.__setattr__(self, "_raw_value", value)
+        _structure.written()
 
     @property
     def raw_value(self) -> A:

@@ -519,3 +519,25 @@ def test_kept_values_do_not_outlive_the_model_or_the_function() -> None:
     del g
     gc.collect()
     assert kept == []  # the function's plans released their values
+
+
+def test_values_read_while_another_write_lands_are_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adapters.nnx.transforms import compilation
+
+    f, m = nnx.jit(lambda m, x: m(x)), Pure()
+    for _ in range(3):
+        f(m, jnp.ones(3))
+    m.w[...] = jnp.full((3,), 3.0)  # empties the kept list: the next call reads afresh
+    read = compilation.raw_of
+
+    def racing(variable: Any) -> Any:
+        value = read(variable)
+        m.w.set_raw_value(jnp.full((3,), 4.0))  # another thread's write, after the read
+        return value
+
+    monkeypatch.setattr(compilation, "raw_of", racing)
+    np.testing.assert_allclose(f(m, jnp.ones(3)), 3.0 * np.ones(3))  # read before the write
+    monkeypatch.setattr(compilation, "raw_of", read)
+    np.testing.assert_allclose(f(m, jnp.ones(3)), 4.0 * np.ones(3))  # not the stale list
