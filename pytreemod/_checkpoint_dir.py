@@ -593,7 +593,9 @@ def restore(manifest: Manifest, targets: dict[str, jax.ShapeDtypeStruct]) -> dic
 
     TensorStore (Orbax's storage layer) reads the zarr arrays Orbax wrote: of each, the
     parts this process's devices hold (a part held by several devices read once), the
-    reads of the next arrays (up to ``_READ_AHEAD`` bytes) running while one is placed.
+    reads of the next arrays running while one is placed (``_read_ahead``: up to 64 MiB
+    on the CPU, where the arrays read are the result; on an accelerator no more than the
+    largest array, so that the host never stages more than that).
     Orbax's own restore does the same reads with a quarter to a third more CPU time (its
     bookkeeping per array and shard: more than verifying every file first costs,
     ``Manifest.verify``), and holds more host memory. Read only after that verification,
@@ -606,6 +608,7 @@ def restore(manifest: Manifest, targets: dict[str, jax.ShapeDtypeStruct]) -> dic
         "kvstore": {"driver": "file", "path": os.path.join(manifest.folder, name)},
     }
     out: dict[str, jax.Array] = {}
+    limit = _read_ahead(targets)
     window: collections.deque[tuple[str, jax.ShapeDtypeStruct, dict[Any, Any]]]
     window = collections.deque()
     held = 0
@@ -626,10 +629,10 @@ def restore(manifest: Manifest, targets: dict[str, jax.ShapeDtypeStruct]) -> dic
             if key not in opened:
                 out[key] = jax.device_put(np.zeros(target.shape, target.dtype), target.sharding)
                 continue
+            while window and held + _nbytes(target) > limit:
+                place_first()
             window.append((key, target, _read(opened[key].result(), target)))
             held += _nbytes(target)
-            while held > _READ_AHEAD:
-                place_first()
         while window:
             place_first()
     except Exception as e:
@@ -638,6 +641,16 @@ def restore(manifest: Manifest, targets: dict[str, jax.ShapeDtypeStruct]) -> dic
                 read.cancel()
         raise orbax_failure(manifest.path, e) from e
     return out
+
+
+def _read_ahead(targets: dict[str, jax.ShapeDtypeStruct]) -> int:
+    """Bytes of arrays whose reads may be in flight at once: ``_READ_AHEAD`` when every
+    target lives on the CPU; else the largest target's (at least one array is read)."""
+    default = {jax.devices()[0]}  # where a target without a sharding is placed
+    devices = {d for t in targets.values() for d in getattr(t.sharding, "device_set", default)}
+    if all(d.platform == "cpu" for d in devices):
+        return _READ_AHEAD
+    return min(_READ_AHEAD, max((_nbytes(t) for t in targets.values()), default=0))
 
 
 def _nbytes(target: jax.ShapeDtypeStruct) -> int:

@@ -300,3 +300,40 @@ def test_the_default_for_a_model_sharded_over_devices(
     assert (tmp_path / "ckpt.safetensors").is_file() and (tmp_path / "small").is_file()
     for name in ("ckpt", "ckpt.safetensors"):
         _same(pm.load(tmp_path / name, pm.abstract(model, mesh)), model)
+
+
+def test_reads_in_flight_stay_within_the_read_ahead(
+    saved: tuple[pathlib.Path, Any], mesh: jax.sharding.Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At most ``_read_ahead`` bytes of arrays are read ahead of their placement: 64 MiB
+    on the CPU, the largest array on an accelerator (where the host only stages)."""
+    from pytreemod import _checkpoint_dir as cdir
+
+    path, model = saved
+    like = pm.abstract(model, mesh)
+    targets = {"a": jax.ShapeDtypeStruct((4, 8), np.float32)}
+    assert cdir._read_ahead(targets) == cdir._READ_AHEAD  # every target on the CPU
+    largest: list[int] = []
+    in_flight: list[int] = []
+    read, place = cdir._read, cdir._place
+    now = [0]
+
+    def reading(store: Any, target: Any) -> Any:
+        now[0] += cdir._nbytes(target)
+        in_flight.append(now[0])
+        return read(store, target)
+
+    def placing(target: Any, reads: Any) -> Any:
+        now[0] -= cdir._nbytes(target)
+        return place(target, reads)
+
+    monkeypatch.setattr(cdir, "_read", reading)
+    monkeypatch.setattr(cdir, "_place", placing)
+
+    def as_on_an_accelerator(targets: Any) -> int:
+        largest.append(max(cdir._nbytes(t) for t in targets.values()))
+        return largest[0]
+
+    monkeypatch.setattr(cdir, "_read_ahead", as_on_an_accelerator)
+    _same(pm.load(path, like), model)
+    assert len(in_flight) > 2 and max(in_flight) <= largest[0]
