@@ -23,9 +23,7 @@ treedef are JAX "quasi-dynamic data" (``VariableQDD``), so its structure may cha
 
 import dataclasses
 import itertools
-import sys
 import typing as tp
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -40,7 +38,7 @@ from adapters import errors
 from .. import reprlib
 from . import _variable
 from ._metadata import A
-from ._variable import VALUE_GET_DEPRECATED, VALUE_SET_DEPRECATED, Variable
+from ._variable import Variable
 
 PyTreeDef = Any
 
@@ -307,13 +305,7 @@ def _attribute(name: str) -> Callable[[Any], Any]:
     return get
 
 
-def _called_from_user() -> bool:
-    """Whether the code reading or writing ``.value`` (above this module's frames) is
-    outside ``adapters``/``pytreemod``: only users get the deprecation warning."""
-    frame = sys._getframe(2)
-    while frame.f_back is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back
-    return not frame.f_code.co_filename.startswith(_variable._LIBRARY_DIRS)
+_variable.PROPERTY_FILES.add(__file__)  # HijaxVariable.__setattr__ runs the setter
 
 
 # --------------------------------------------------------------------------------------
@@ -416,26 +408,7 @@ class HijaxVariable(_StandsFor[A], reprlib.Representable, metaclass=_HijaxVariab
             object.__setattr__(hv, name, value)
         return hv
 
-    @property
-    def value(self) -> A:
-        """Deprecated in Flax: ``v[...]`` for arrays, ``v.get_value()`` otherwise."""
-        if _called_from_user():
-            warnings.warn(
-                VALUE_GET_DEPRECATED,
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        return self.get_value()
-
-    @value.setter
-    def value(self, value: A) -> None:
-        if _called_from_user():
-            warnings.warn(
-                VALUE_SET_DEPRECATED,
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        self.set_value(value)
+    value = Variable.value  # Variable's, with its deprecation warnings
 
     if tp.TYPE_CHECKING:  # the Variable API, forwarded (set up below the class)
 

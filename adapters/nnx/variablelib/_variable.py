@@ -699,10 +699,16 @@ _LIBRARY_DIRS = tuple(
 )
 
 
+# The files whose frames sit between ``.value`` and its reader: this one (the setter
+# runs under ``Variable.__setattr__``) and ``_hijax`` (``HijaxVariable.__setattr__``),
+# which adds itself.
+PROPERTY_FILES = {__file__}
+
+
 def _internal_caller() -> bool:
     """Whether the frame two levels up (the one reading ``.value``) is pytreemod's or
     adapters' own code, which reads pytreemod's ``value`` field: no deprecation warning."""
     frame = sys._getframe(2)
-    while frame.f_back is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back  # the setter runs under Variable.__setattr__
+    while frame.f_back is not None and frame.f_code.co_filename in PROPERTY_FILES:
+        frame = frame.f_back
     return frame.f_code.co_filename.startswith(_LIBRARY_DIRS)
