@@ -4,9 +4,10 @@ When ``like``'s leaf has a sharding over several processes, a process places onl
 shards of its own devices, so it reads only their bytes, every one it uses verified
 against a checksum (``_checkpoint_file``), and none twice.
 
-A version 4 file stores a tensor of rank 2 or more above a MiB with checksums of tiles
-as well as of chunks (a load of all of it verifies the chunks, with no copy): its rows
-(the last axis; the leading axes flattened) in blocks of about a MiB, each block cut
+A version 4 file stores a tensor of rank 2 or more above a MiB whose last axis splits
+into tiles with checksums of tiles as well as of chunks (a load of all of it verifies the
+chunks, with no copy): its rows (the last axis; the leading axes flattened) in blocks of
+about a MiB, each block cut
 across the last axis into up to 16 tiles of equal width. A shard is a box of rows (the
 runs of flattened rows its leading axes select) by a range of columns (its slice of the
 last axis), so a process reads the tiles its shards overlap: the tiles of the columns it
