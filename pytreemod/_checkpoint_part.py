@@ -5,22 +5,21 @@ shards of its own devices, so it reads only their bytes, every one it uses verif
 against a checksum (``_checkpoint_file``), and none twice.
 
 A version 4 file stores a tensor of rank 2 or more above a MiB whose last axis splits
-into tiles with checksums of tiles as well as of chunks (a load of all of it verifies the
-chunks, with no copy): its rows (the last axis; the leading axes flattened) in blocks of
-about a MiB, each block cut
-across the last axis into up to 16 tiles of equal width. A shard is a box of rows (the
-runs of flattened rows its leading axes select) by a range of columns (its slice of the
-last axis), so a process reads the tiles its shards overlap: the tiles of the columns it
-holds, in the blocks of the rows it holds. A split of the last axis into 2, 4, 8 or 16
-equal parts (the tensor-parallel layout of a kernel's output axis) is whole tiles,
-exactly its own bytes; one of a middle axis is the blocks of its runs of rows. (Where
-every shard of the process is one run of whole rows, a split of leading axes only, it is
-read by spans as below instead: its chunks hold exactly its bytes but at the ends, and
-are read with no gather.) The tiles all shards of the process need
-are gathered once, each checked as it is copied (``Reader.read_tiles``: a strided copy
-from a map of the tensor per run of tiles in a block, not a system call per row), and
-the shards cut out of them. (On a file system that cannot map the file, it is read by
-spans as below.)
+into tiles with checksums of tiles as well as of chunks (a load of all of it verifies
+the chunks, with no copy): its rows (the last axis; the leading axes flattened) in
+blocks of about a MiB, each block cut across the last axis into up to 16 tiles of equal
+width. A shard is a box of rows (the runs of flattened rows its leading axes select) by
+a range of columns (its slice of the last axis), so a process reads the tiles its shards
+overlap: the tiles of the columns it holds, in the blocks of the rows it holds. A split
+of the last axis into 2, 4, 8 or 16 equal parts (the tensor-parallel layout of a
+kernel's output axis) is whole tiles, exactly its own bytes; one of a middle axis is the
+blocks of its runs of rows. (Where every shard of the process is one run of whole rows,
+a split of leading axes only, it is read by spans as below instead: its chunks hold
+exactly its bytes but at the ends, and are read with no gather.) The tiles all shards of
+the process need are gathered once, each checked as it is copied (``Reader.read_tiles``:
+a strided copy from a map of the tensor per run of tiles in a block, not a system call
+per row), and the shards cut out of them. (On a file system that cannot map the file, it
+is read by spans as below.)
 
 A tensor with chunk checksums only (a version 3 file, or a small or one-dimensional
 tensor of version 4) is read by spans: for each distinct shard, the span of the file from
