@@ -25,21 +25,32 @@ before its read and after it has registered its list.
 
 Objects nobody watches (the fresh ones built inside a trace) change freely without
 invalidating anything; a watched object is forgotten when it dies.
+
+A plan may only serve a call made outside every graph context (``update_context``,
+``split_context``, ``merge_context``) and with no static cache offered
+(``cached_partial``'s handshake): those change what the call means. The contexts are
+thread-local, but the counter also counts them across threads (``busy``, moved by
+``enter``/``leave``), so the commonest call checks one number: ``ready`` is the epoch
+while nothing is open in any thread, else -1 (a call then checks its own thread's
+contexts, the slower way).
 """
 
 import functools
+import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["bump", "epoch", "touched", "watch", "written"]
+__all__ = ["bump", "enter", "epoch", "leave", "touched", "watch", "written"]
 
 
 class _Counter:
-    __slots__ = ("epoch", "held", "watched", "writes")
+    __slots__ = ("busy", "epoch", "held", "ready", "watched", "writes")
 
     def __init__(self) -> None:
         self.epoch = 0
+        self.busy = 0  # graph contexts open and static caches offered, in all threads
+        self.ready = 0  # the epoch while ``busy`` is 0, else -1
         # the value lists plans keep between calls (each a one-item list, or empty)
         self.held: list[list[Any]] = []
         self.writes = 0  # Variable values written so far (see ``written``)
@@ -55,6 +66,7 @@ class _Counter:
 
 
 COUNTER = _Counter()
+_LOCK = threading.Lock()  # ``epoch``, ``busy`` and ``ready`` change together
 
 
 def epoch() -> int:
@@ -64,7 +76,25 @@ def epoch() -> int:
 
 def bump() -> None:
     """Record a structural change (every plan built before it is stale)."""
-    COUNTER.epoch += 1
+    with _LOCK:
+        COUNTER.epoch += 1
+        if not COUNTER.busy:
+            COUNTER.ready = COUNTER.epoch
+
+
+def enter() -> None:
+    """A graph context opens, or a static cache is offered (in any thread)."""
+    with _LOCK:
+        COUNTER.busy += 1
+        COUNTER.ready = -1
+
+
+def leave() -> None:
+    """What ``enter`` recorded is closed, or the offer taken."""
+    with _LOCK:
+        COUNTER.busy -= 1
+        if not COUNTER.busy:
+            COUNTER.ready = COUNTER.epoch
 
 
 def written() -> None:
@@ -82,7 +112,7 @@ def touched(obj: object) -> None:
     """Record a change to ``obj``'s structure if a plan depends on it."""
     ref = COUNTER.watched.get(id(obj))
     if ref is not None and ref() is obj:
-        COUNTER.epoch += 1
+        bump()
 
 
 def watch(objects: Iterable[object]) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from .. import _structure
 from ..statelib import State
 from ..variablelib import Variable
 from ._defs import GraphDef, NodeDef, NodeRef, VariableDef
@@ -95,14 +96,26 @@ class StaticCache(NamedTuple):
 
 
 class GraphContext(threading.local):
-    """Per-thread stacks of the active update, split and merge contexts."""
+    """Per-thread stacks of the active update, split and merge contexts, and the static
+    cache offered to the next update context (each open context and the offer are
+    counted by ``_structure.enter``/``leave``: ``nnx.jit``'s fast path needs none)."""
 
     def __init__(self) -> None:
         self.update_context_stacks: dict[Hashable, list[UpdateContext]] = {}
         self.ref_index_stack: list[SplitContext] = []
         self.index_ref_stack: list[MergeContext] = []
-        self.tmp_static_cache: MutableMapping[Any, StaticCache] | None = None
+        self.offer: MutableMapping[Any, StaticCache] | None = None
         self.caching: bool = False
+
+    @property
+    def tmp_static_cache(self) -> MutableMapping[Any, StaticCache] | None:
+        return self.offer
+
+    @tmp_static_cache.setter
+    def tmp_static_cache(self, cache: MutableMapping[Any, StaticCache] | None) -> None:
+        if (cache is None) != (self.offer is None):
+            (_structure.leave if cache is None else _structure.enter)()
+        self.offer = cache
 
 
 GRAPH_CONTEXT = GraphContext()
@@ -177,9 +190,11 @@ class UpdateContextManager:
         GRAPH_CONTEXT.tmp_static_cache = None
         ctx = UpdateContext(self.tag, None, None, None, None, cache)
         GRAPH_CONTEXT.update_context_stacks.setdefault(self.tag, []).append(ctx)
+        _structure.enter()
         return ctx
 
     def __exit__(self, *exc: object) -> None:
+        _structure.leave()
         stacks = GRAPH_CONTEXT.update_context_stacks
         if self.tag not in stacks:
             raise RuntimeError(f"No update context found for tag {self.tag!r}, this is a bug.")
@@ -269,9 +284,11 @@ def split_context(ctxtag: Hashable | None = None) -> Generator[SplitContext, Non
     ctx = current_update_context(ctxtag) if ctxtag is not None else None
     is_inner = ctx.outer_ref_outer_index is not None if ctx is not None else None
     GRAPH_CONTEXT.ref_index_stack.append(SplitContext(ctxtag, RefMap(), is_inner))
+    _structure.enter()
     try:
         yield GRAPH_CONTEXT.ref_index_stack[-1]
     finally:
+        _structure.leave()
         split_ctx = GRAPH_CONTEXT.ref_index_stack.pop()
         if ctxtag is not None:
             current_update_context(ctxtag).flatten_end(split_ctx.ref_index)
@@ -360,9 +377,11 @@ def merge_context(
     """A MergeContext whose merges share references; with ``ctxtag``, ``inner`` says
     whether this is the merge inside the transform (2) or outside (4)."""
     GRAPH_CONTEXT.index_ref_stack.append(MergeContext(ctxtag, IndexMap(), inner))
+    _structure.enter()
     try:
         yield GRAPH_CONTEXT.index_ref_stack[-1]
     finally:
+        _structure.leave()
         merge_ctx = GRAPH_CONTEXT.index_ref_stack.pop()
         if ctxtag is not None:
             if inner is None:
@@ -413,6 +432,13 @@ def cached_partial(
         cached_args,
         is_leaf=lambda x: is_graph_node(x) or isinstance(x, Variable),
     )
+
+    if getattr(f, "ignores_static_cache", False):
+        # nnx.jit serves repeated calls from plans of its own and discards the offer:
+        # no handshake is needed, and none makes the call take the slower way.
+        bound = functools.partial(f, *cached)
+        functools.update_wrapper(bound, f)
+        return bound
 
     offer = static_cache(cache)
 

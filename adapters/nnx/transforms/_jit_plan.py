@@ -20,14 +20,17 @@ replaced non-Variable leaf) and whose arguments are graph nodes only at the top 
 graph contexts); anything else takes the full path, as does every call after a
 structural change until the next plan. A plan's call is one closure (``_plan_call``)
 holding everything it checks and reads in cells: it is the whole Python cost of a
-fast call. The commonest call, ``f(node, x)`` from the thread that built the plan, is
-served by ``nnx.jit``'s own ``__call__`` from the tuple ``Plan.inline`` of the plan that
-served the call before (one Python frame in all; ``PlanCache.inline``, cleared whenever
-a plan is added or dropped). That call keeps the list of values it read for the next
-one while no Variable's value is written anywhere (``_structure.written`` empties it).
+fast call. No graph context may be open in the calling thread (nor a static cache
+offered): while none is open in any thread, one number says so (``_structure``'s
+``ready``). The commonest call, ``f(node, x)`` (``Plan.pair``), is served by
+``nnx.jit``'s own call from the tuple ``Plan.inline`` of the plan that served the call
+before (one Python frame in all; ``PlanCache.inline``, cleared whenever a plan is added
+or dropped). That call keeps the list of values it read for the next one while no
+Variable's value is written anywhere (``_structure.written`` empties it).
 
 Each structure has its own fast ``jax.jit`` (``fast_pure`` with the ``PlanKey``'s
-number bound), so a fast call passes JAX only the value lists and the other arguments.
+number bound), so a fast call passes JAX only the value lists and the other arguments;
+the commonest call's is called ``(kept, x)`` (``fast_pair``).
 
 Both jitted functions return ``jax.Ref``s as Flax does (``refs_out``/``refs_in``): JAX
 refuses them as results, so they cross as markers.
@@ -36,7 +39,6 @@ refuses them as results, so they cross as markers.
 import dataclasses
 import operator
 import weakref
-from _thread import get_ident
 from collections.abc import Callable
 from typing import Any
 
@@ -171,6 +173,15 @@ def fast_pure(pure: Callable[..., Any], number: int) -> Callable[..., Any]:
     return run
 
 
+def fast_pair(pure: Callable[..., Any], number: int, pair: int) -> Callable[..., Any]:
+    """``fast_pure`` of a ``Plan.pair`` call ``f(node, x)``, called ``(kept, x)``: the
+    fewest arguments for JAX to take apart on the commonest call."""
+    run = fast_pure(pure, number)
+    if pair == 1:
+        return lambda kept, x: run([], kept, None, x)
+    return lambda kept, x: run([], kept, x, None)
+
+
 def _with_refs(result: tuple[Any, Any, bool]) -> tuple[Any, ...]:
     """The fast function's result when it holds ``jax.Ref``s: the full path's ``Updates``
     (``refs_in`` restores the Refs, ``Plan.finish`` writes them back)."""
@@ -289,37 +300,43 @@ class Plan:
     epoch: int
     token: Any
     modes: tuple[bool, bool]  # (graph, graph_updates)
-    thread: int  # the building thread, and its graph context's stacks and attributes
-    context: tuple[Any, Any, Any, dict[str, Any]]
     # call(full, kwargs): the result, or MISS where the plan does not apply (``bind``).
     call: Callable[[tuple[Any, ...], dict[str, Any]], Any] = lambda full, kwargs: MISS
+    jitted: Any = None  # the fast jit, called (donated, kept, *args, **kwargs)
     inline: tuple[Any, ...] | None = None
     finalizers: list[Any] = dataclasses.field(default_factory=list)
 
-    def bind(self, jitted: Any) -> None:
-        """Make ``call`` this plan's call of ``jitted`` (see ``_plan_call``), and
-        ``inline`` what ``nnx.jit``'s own call needs to serve the commonest call itself
-        (None where the call is not that one: see ``_plan_call``'s ``simple``)."""
-        self.call = _plan_call(self, jitted)
+    @property
+    def pair(self) -> int | None:
+        """The other argument's position where the call is ``f(node, x)`` with nothing
+        donated and no plain container to compare (the commonest call), else None."""
+        if len(self.ids) != 1 or self.n_args != 2 or self.kw_names:
+            return None
+        ((node_position, _),) = self.ids
+        if self.others != (1 - node_position,) or self.snapshots or self.donated:
+            return None
+        return 1 - node_position
+
+    def bind(self, jitted: Any, pair: int | None = None) -> None:
+        """Make ``call`` this plan's call of ``jitted`` (see ``_plan_call``); with
+        ``pair`` (this plan's ``pair``), ``jitted`` is ``fast_pair``'s jit, and
+        ``inline`` is what ``nnx.jit``'s own call needs to serve the call itself."""
         self.inline = None
-        if len(self.ids) == 1 and self.n_args == 2 and not self.kw_names:
+        if pair is None:
+            self.jitted = jitted
+        else:
             ((node_position, node_id),) = self.ids
-            if self.others == (1 - node_position,) and not self.snapshots and not self.donated:
-                updating, splits, merges, local = self.context
-                self.inline = (
-                    node_id,
-                    self.epoch,
-                    node_position,
-                    self.kept,
-                    [],  # the values read from ``kept`` while none is replaced (_structure)
-                    jitted,
-                    self.thread,
-                    updating,
-                    splits,
-                    merges,
-                    local,
-                    self,
-                )
+            self.jitted = _as_general(jitted, pair)
+            self.inline = (
+                node_id,
+                self.epoch,
+                node_position,
+                self.kept,
+                [],  # the values read from ``kept`` while none is replaced (_structure)
+                jitted,
+                self,
+            )
+        self.call = _plan_call(self, self.jitted)
 
     def release(self) -> None:
         """Drop the values the one-frame call kept (the plan is gone: they must not keep
@@ -327,13 +344,13 @@ class Plan:
         if self.inline is not None:
             self.inline[4].clear()
 
-    def run(self, jitted: Any, full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def run(self, full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         args = list(full)
         for position in self.key.positions:
             args[position] = None
         donated = [s._raw_value for s in self.donated] if self.donated else []
         kept = [s._raw_value for s in self.kept]
-        result = jitted(donated, kept, *args, **kwargs)
+        result = self.jitted(donated, kept, *args, **kwargs)
         if len(result) == 1:
             return result[0]
         if len(result) == 5:  # jax.Refs among the results (see refs_out)
@@ -368,7 +385,6 @@ def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, 
     n_args, epoch, ids, others = plan.n_args, plan.epoch, plan.ids, plan.others
     kw_names, snapshots, positions = plan.kw_names, plan.snapshots, plan.key.positions
     donated_vars, kept_vars = plan.donated, plan.kept
-    thread, (updating, splits, merges, local) = plan.thread, plan.context
     counter, fast_types, finish = COUNTER, FAST_LEAF_TYPES, plan.finish
 
     def call(full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -386,19 +402,8 @@ def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, 
             return MISS
         if snapshots and not all(_signature(n, impl) == sig for n, impl, sig in snapshots):
             return MISS
-        # No graph context may be open; cached_partial's handshake offer is taken. The
-        # context is thread-local: the building thread's stacks (lists never replaced)
-        # and attribute dict were kept, so that thread reads them as plain objects.
-        if get_ident() == thread:
-            if updating or splits or merges:
-                return MISS
-            if local["tmp_static_cache"] is not None:
-                local["tmp_static_cache"] = None
-        else:
-            ctx = _GRAPH_CONTEXT
-            if ctx.update_context_stacks or ctx.ref_index_stack or ctx.index_ref_stack:
-                return MISS
-            ctx.tmp_static_cache = None
+        if counter.ready != epoch and not _context_free():
+            return MISS
         args = list(full)
         for position in positions:
             args[position] = None
@@ -421,25 +426,16 @@ def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, 
         other = -1
 
     # The common call (one node argument, no keywords, nothing donated, no plain
-    # container to compare) from the building thread: the same checks, unrolled; with
-    # two arguments the call is spelled out (no list of arguments built).
+    # container to compare) with no graph context open anywhere: the same checks,
+    # unrolled; with two arguments the call is spelled out (no list of arguments built).
     def simple(full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if kwargs or get_ident() != thread:
+        if kwargs or counter.ready != epoch:
             return general(full, kwargs)
-        if (
-            len(full) != n_args
-            or counter.epoch != epoch
-            or id(full[node_position]) != node_id
-            or updating
-            or splits
-            or merges
-        ):
+        if len(full) != n_args or id(full[node_position]) != node_id:
             return MISS
         for position in others:
             if type(full[position]) not in fast_types and _has_nodes(full[position]):
                 return MISS
-        if local["tmp_static_cache"] is not None:
-            local["tmp_static_cache"] = None
         kept = list(map(raw_of, kept_vars))
         if other == 1:
             args: Any = (None, full[1])
@@ -456,6 +452,24 @@ def _plan_call(plan: Plan, jitted: Any) -> Callable[[tuple[Any, ...], dict[str, 
         return finish(full, *result)
 
     return simple
+
+
+def _context_free() -> bool:
+    """No graph context is open in this thread (other threads' may be); a static cache
+    offered by cached_partial is taken (the plan serves the call the offer was for)."""
+    ctx = _GRAPH_CONTEXT
+    if ctx.update_context_stacks or ctx.ref_index_stack or ctx.index_ref_stack:
+        return False
+    if ctx.offer is not None:
+        ctx.tmp_static_cache = None
+    return True
+
+
+def _as_general(jitted: Any, pair: int) -> Callable[..., Any]:
+    """``fast_pair``'s jit called the general way: (donated, kept, *args)."""
+    if pair == 1:
+        return lambda donated, kept, node, x: jitted(kept, x)
+    return lambda donated, kept, x, node: jitted(kept, x)
 
 
 def _signature(node: Any, impl: Any) -> tuple[Any, ...]:
@@ -579,13 +593,6 @@ def build_plan(
         epoch=epoch,
         token=token,
         modes=(lowered.graph, lowered.graph_updates),
-        thread=get_ident(),
-        context=(
-            _GRAPH_CONTEXT.update_context_stacks,
-            _GRAPH_CONTEXT.ref_index_stack,
-            _GRAPH_CONTEXT.index_ref_stack,
-            _GRAPH_CONTEXT.__dict__,
-        ),
     )
 
 

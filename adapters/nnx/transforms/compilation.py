@@ -12,7 +12,6 @@ NNX's jit follows ``jax.jit``'s rule for arguments (Python scalars traced, shard
 import functools
 import inspect
 import operator
-from _thread import get_ident
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar
 
@@ -30,6 +29,7 @@ from ._jit_plan import (
     MISS,
     PlanCache,
     build_plan,
+    fast_pair,
     fast_pure,
     plain,
     raw_of,
@@ -209,6 +209,9 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
         bind(obj)
         return obj
 
+    # cached_partial's static cache is not used (see _lower): it calls this directly
+    ignores_static_cache = True
+
     def __init__(self, fun: Callable[P, R], /, **options: Any) -> None:
         del fun, options  # set up by __new__
 
@@ -290,11 +293,23 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
         # pure function of two flat value lists (donated, kept) and the other
         # arguments; shardings take the full path.
         self.plans: PlanCache | None = None
-        self.fast_jits: dict[int, Any] = {}
+        self.fast_jits: dict[tuple[int, int | None], Any] = {}
+        # the commonest call's own jit (fast_pair) where nothing is static or donated
+        self.pairs = not (self.static_nums or self.donate_nums or self.donate_names)
         if in_shardings is None and out_shardings is None:
             self.plans = PlanCache()
 
-            def fast_jit(number: int) -> Any:
+            def fast_jit(number: int, pair: int | None) -> Any:
+                if pair is not None:
+                    return pm.jit(
+                        fast_pair(pure, number, pair),
+                        trace="all",
+                        warn_retraces=None,
+                        keep_unused=keep_unused,
+                        device=device,
+                        backend=backend,
+                        inline=inline,
+                    )
                 return pm.jit(
                     fast_pure(pure, number),
                     trace="all",
@@ -408,11 +423,12 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
             return lowered.finish(updates, out)
         # A call that can take the fast path takes it now, so that later calls reuse
         # this trace; the plan is kept if the call changed no structure.
-        jitted = self.fast_jits.get(plan.number)
+        pair = plan.pair if self.pairs else None
+        jitted = self.fast_jits.get((plan.number, pair))
         if jitted is None:
-            jitted = self.fast_jits[plan.number] = self.fast_jit(plan.number)
-        plan.bind(jitted)
-        result = plan.run(jitted, full, kwargs)
+            jitted = self.fast_jits[plan.number, pair] = self.fast_jit(plan.number, pair)
+        plan.bind(jitted, pair)
+        result = plan.run(full, kwargs)
         if _structure.epoch() == epoch:
             plans.add(plan)
         else:
@@ -495,30 +511,13 @@ def _make_call() -> tuple[Callable[..., Any], Callable[[Any], None]]:
         if inline is not None and len(full) == 2 and not kwargs:
             # The commonest call, f(node, x), served here by the plan of the last call:
             # its checks (see _jit_plan's ``simple``) in one frame.
-            (
-                node_id,
-                epoch,
-                pos,
-                kept_vars,
-                values,
-                jitted,
-                thread,
-                updating,
-                splits,
-                merges,
-                local,
-                p,
-            ) = inline
+            node_id, epoch, pos, kept_vars, values, jitted, p = inline
             node, other = full if pos == 0 else full[::-1]
             if (
                 id(node) == node_id
-                and COUNTER.epoch == epoch
-                and get_ident() == thread
-                and not (updating or splits or merges)
+                and COUNTER.ready == epoch
                 and (type(other) in FAST_LEAF_TYPES or plain(other))
             ):
-                if local["tmp_static_cache"] is not None:
-                    local["tmp_static_cache"] = None
                 if values:
                     kept = values[0]
                 else:  # read afresh after a write of any Variable (see _structure)
@@ -527,10 +526,7 @@ def _make_call() -> tuple[Callable[..., Any], Callable[[Any], None]]:
                     COUNTER.held.append(values)
                     if COUNTER.writes != writes:  # another thread wrote meanwhile
                         values.clear()
-                if pos == 0:
-                    result = jitted([], kept, None, other)
-                else:
-                    result = jitted([], kept, other, None)
+                result = jitted(kept, other)
                 if len(result) == 1:
                     return result[0]
                 rest = (None, other) if pos == 0 else (other, None)

@@ -1,6 +1,7 @@
 """nnx.jit's fast path (a call plan remembered from one full lowering): every change the
 full path would see is seen, nothing is traced twice, and a dead model's plan goes."""
 
+import contextlib
 import gc
 from typing import Any
 
@@ -541,3 +542,90 @@ def test_values_read_while_another_write_lands_are_not_kept(
     np.testing.assert_allclose(f(m, jnp.ones(3)), 3.0 * np.ones(3))  # read before the write
     monkeypatch.setattr(compilation, "raw_of", read)
     np.testing.assert_allclose(f(m, jnp.ones(3)), 4.0 * np.ones(3))  # not the stale list
+
+
+# ----------------------------------------------------- open graph contexts, all threads
+
+
+def _open_contexts() -> dict[str, Any]:
+    from adapters.nnx import graphlib
+
+    return {
+        "update_context": lambda: nnx.update_context("test"),
+        "split_context": lambda: graphlib.split_context(),
+        "merge_context": lambda: graphlib.merge_context(),
+        "static cache offered": lambda: graphlib.static_cache({}),
+    }
+
+
+@pytest.mark.parametrize("kind", sorted(_open_contexts()))
+def test_ready_is_the_epoch_only_while_no_context_is_open(kind: str) -> None:
+    counter = _structure.COUNTER
+    assert counter.ready == counter.epoch and counter.busy == 0
+    unconsumed = "static" in kind  # an offer nothing took is an error at its exit
+    with (
+        pytest.raises(ValueError, match="no context consumed it")
+        if unconsumed
+        else (contextlib.nullcontext())
+    ):
+        with _open_contexts()[kind]():
+            assert counter.ready == -1 and counter.busy == 1
+            _structure.bump()  # a change meanwhile: ready comes back as the new epoch
+    assert counter.ready == counter.epoch and counter.busy == 0
+
+
+def test_a_context_open_in_another_thread_leaves_this_threads_calls_to_the_plan() -> None:
+    import threading
+
+    f, m, traces = _inline_ready()
+    opened, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with nnx.update_context("other thread"):
+            opened.set()
+            done.wait(30)
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    try:
+        opened.wait(30)
+        assert _structure.COUNTER.ready == -1  # the one-frame check fails ...
+        for _ in range(2):  # ... and the plan's own checks serve the call
+            np.testing.assert_allclose(f(m, jnp.ones(3)), 2.0 * np.ones(3))
+        assert traces[0] == 1 and len(f.plans.plans) == 1
+    finally:
+        done.set()
+        worker.join()
+    assert _structure.COUNTER.ready == _structure.COUNTER.epoch
+    assert int(m.calls[...]) == 4
+
+
+@pytest.mark.parametrize("served_by", ["one-frame call", "plan"])
+def test_a_static_cache_offered_around_a_plain_function_is_taken_by_the_jitted_call(
+    served_by: str,
+) -> None:
+    from adapters.nnx import graphlib
+
+    f, m, traces = _inline_ready()
+    if served_by == "plan":
+        f.plans.inline = None
+    with graphlib.static_cache({}):  # no error at exit: the call took the offer
+        np.testing.assert_allclose(f(m, jnp.ones(3)), 2.0 * np.ones(3))
+        assert graphlib.GRAPH_CONTEXT.tmp_static_cache is None
+    assert _structure.COUNTER.busy == 0 and traces[0] == 1
+
+
+def test_cached_partial_of_nnx_jit_makes_no_offer() -> None:
+    m = Block(2.0)
+    jitted = nnx.jit(lambda block, x: block(x))
+    cached = nnx.cached_partial(jitted, m)
+    seen: list[int] = []  # what is open when the first call lowers
+    original = jitted._lower
+
+    def lower(args: Any, kwargs: Any) -> Any:
+        seen.append(_structure.COUNTER.busy)
+        return original(args, kwargs)
+
+    jitted._lower = lower
+    np.testing.assert_allclose(cached(jnp.ones(3)), 2.0 * np.ones(3))
+    assert seen == [0] and cached.__wrapped__ is jitted
