@@ -525,9 +525,9 @@ def profile(name: str, task: str, calls: int = 2000, top: int = 25) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--calls", type=int, default=100, help="calls per round")
-    parser.add_argument("--trace-rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--calls", type=int, default=300, help="calls per round")
+    parser.add_argument("--trace-rounds", type=int, default=5, help="0 skips part (b)")
     parser.add_argument("--profile", metavar="NAME", help="profile one contestant instead")
     parser.add_argument("--task", default="forward", choices=list(TASKS))
     args = parser.parse_args()
@@ -569,9 +569,9 @@ def main() -> None:
         "minimum over 40 interleaved rounds of 300 calls):\n"
     )
     thread_cpu_table(built, names)
-    print()
-    print(f"### (b) Trace + lower of a {TRACE_DEPTH}-block unrolled NNX model\n")
-    trace_table(trace_times(trace_contestants(), args.trace_rounds), args.trace_rounds)
+    if args.trace_rounds > 0:
+        print(f"\n### (b) Trace + lower of a {TRACE_DEPTH}-block unrolled NNX model\n")
+        trace_table(trace_times(trace_contestants(), args.trace_rounds), args.trace_rounds)
     print(f"\nWhole run: {time.perf_counter() - start:.0f} s.")
 
 

@@ -197,14 +197,16 @@ def resolve_argnums(
 class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
     """The result of ``nnx.jit``: call it, or ``.lower``/``.trace``/``.eval_shape`` it.
 
-    A ``functools.partial`` of its own call (``_make_call``), built when the object is:
-    calling it is then CPython's C call of a partial, not a Python ``__call__`` method
-    (a lookup and a bound call less per call, the size of the fast path's budget)."""
+    A ``functools.partial`` of its own call (``_make_call``), built when the object is,
+    with ``jit_partial``'s arguments as the partial's: calling it is then CPython's C call
+    of a partial, not a Python ``__call__`` method (a lookup and a bound call less per
+    call, the size of the fast path's budget)."""
 
     def __new__(cls, fun: Callable[P, R], /, **options: Any) -> "JitWrapped[P, R]":
-        call, bind = _make_call()
+        planned = options["in_shardings"] is None and options["out_shardings"] is None
+        call, bind = _make_call(planned)
         functools.update_wrapper(call, fun)  # what JAX names and locates (it unwraps partials)
-        obj = super().__new__(cls, call)
+        obj = super().__new__(cls, call, *options.get("partial_args", ()))
         obj._setup(fun, **options)
         bind(obj)
         return obj
@@ -407,12 +409,11 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
 
         return lookup
 
-    def _call_full(
-        self, plans: PlanCache, full: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """A call no plan serves: the full path, which builds a plan where it can."""
+    def _call_full(self, plans: PlanCache, full: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call no plan serves (``full``: the partial's arguments, then the caller's):
+        the full path, which builds a plan where it can."""
         epoch, token = _structure.epoch(), tracers.current_jax_trace()
-        pargs, pkwargs, lowered = self._lower(args, kwargs)
+        pargs, pkwargs, lowered = self._lower(full[len(self.partial_args) :], kwargs)
         plan = None
         if plans.enabled:
             n = len(full)
@@ -488,60 +489,63 @@ class Traced(Stage):
         return Lowered(self._inner.lower(*args, **kwargs), self._wrapped)
 
 
-def _make_call() -> tuple[Callable[..., Any], Callable[[Any], None]]:
-    """The call of a ``JitWrapped``, and what binds it to the object once built. The
-    commonest call, ``f(node, x)``, is served in this one frame by the plan of the last
-    call (its checks: see _jit_plan's ``simple``); then the other plans; then the full
-    path."""
-    plans: PlanCache | None = None
-    partial: tuple[Any, ...] = ()
+def _make_call(planned: bool) -> tuple[Callable[..., Any], Callable[[Any], None]]:
+    """The call of a ``JitWrapped`` (a partial of it: the partial's arguments come
+    first), and what binds it to the object once built. Without plans (shardings), every
+    call lowers. Else the commonest call, ``f(node, x)``, is served in this one frame by
+    the plan of the last call (the checks of _jit_plan's ``simple``, and no graph context
+    open in any thread); then the other plans; then the full path."""
+    plans: Any = None
     wrapped: Any = None
+    n_partial = 0
+    counter, fast_types = COUNTER, FAST_LEAF_TYPES
 
     def bind(obj: Any) -> None:
-        nonlocal plans, partial, wrapped
-        wrapped, plans, partial = obj, obj.plans, obj.partial_args
+        nonlocal plans, wrapped, n_partial
+        wrapped, plans, n_partial = obj, obj.plans, len(obj.partial_args)
+
+    def lowering(*args: Any, **kwargs: Any) -> Any:
+        pargs, pkwargs, lowered = wrapped._lower(args[n_partial:], kwargs)
+        updates, out = refs_in(wrapped.jitted(*pargs, **pkwargs), (pargs, pkwargs))
+        return lowered.finish(updates, out)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        if plans is None:
-            pargs, pkwargs, lowered = wrapped._lower(args, kwargs)
-            updates, out = refs_in(wrapped.jitted(*pargs, **pkwargs), (pargs, pkwargs))
-            return lowered.finish(updates, out)
-        full = (*partial, *args) if partial else args
         inline = plans.inline
-        if inline is not None and len(full) == 2 and not kwargs:
-            # The commonest call, f(node, x), served here by the plan of the last call:
-            # its checks (see _jit_plan's ``simple``) in one frame.
+        if inline is not None and len(args) == 2 and not kwargs:
             node_id, epoch, pos, kept_vars, values, jitted, p = inline
-            node, other = full if pos == 0 else full[::-1]
+            if pos:
+                other, node = args
+            else:
+                node, other = args
             if (
                 id(node) == node_id
-                and COUNTER.ready == epoch
-                and (type(other) in FAST_LEAF_TYPES or plain(other))
+                and counter.ready == epoch
+                and (type(other) in fast_types or plain(other))
             ):
                 if values:
                     kept = values[0]
                 else:  # read afresh after a write of any Variable (see _structure)
-                    writes = COUNTER.writes
+                    writes = counter.writes
                     values.append(kept := list(map(raw_of, kept_vars)))
-                    COUNTER.held.append(values)
-                    if COUNTER.writes != writes:  # another thread wrote meanwhile
+                    counter.held.append(values)
+                    if counter.writes != writes:  # another thread wrote meanwhile
                         values.clear()
                 result = jitted(kept, other)
                 if len(result) == 1:
                     return result[0]
-                rest = (None, other) if pos == 0 else (other, None)
+                rest = (other, None) if pos else (None, other)
                 if len(result) == 5:  # jax.Refs among the results (see refs_out)
-                    return p.finish(full, *refs_in(result, ([], kept, rest, {})))
-                return p.finish(full, *result)
+                    return p.finish(args, *refs_in(result, ([], kept, rest, {})))
+                return p.finish(args, *result)
         for p, serve in zip(plans.plans, plans.calls):
-            result = serve(full, kwargs)
+            result = serve(args, kwargs)
             if result is not MISS:
                 plans.last_used = True
                 plans.inline = p.inline
                 return result
-        return wrapped._call_full(plans, full, args, kwargs)
+        return wrapped._call_full(plans, args, kwargs)
 
-    return call, bind
+    return (call if planned else lowering), bind
 
 
 def _sharding_options(in_shardings: Any, out_shardings: Any) -> tuple[dict[str, Any], Any]:
