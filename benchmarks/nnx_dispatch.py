@@ -163,7 +163,8 @@ def forward_contestants(depth: int = DEPTH) -> dict[str, Callable[[], Call]]:
 def step_contestants(depth: int = DEPTH) -> dict[str, Callable[[], Call]]:
     """For each contestant, a builder of its zero-argument adam step, which returns the
     step's loss (raw and pytreemod keep their new state in a closure; NNX updates its
-    model and ``nnx.Optimizer`` in place)."""
+    model and ``nnx.Optimizer`` in place). Every step takes the batch ``(x, y)`` as
+    arguments, as a training step does (none bakes it in as a constant)."""
     params = mlp_params(depth)
     x, y = jnp.ones((BATCH, WIDTH)), jnp.zeros((BATCH, WIDTH))
     opt = optax.adam(1e-3)
@@ -172,7 +173,7 @@ def step_contestants(depth: int = DEPTH) -> dict[str, Callable[[], Call]]:
         box = [state]
 
         def run() -> Any:
-            *new, loss = step(*box[0])
+            *new, loss = step(*box[0], x, y)
             box[0] = tuple(new)
             return loss
 
@@ -180,7 +181,7 @@ def step_contestants(depth: int = DEPTH) -> dict[str, Callable[[], Call]]:
 
     def raw() -> Call:
         @jax.jit
-        def step(p: Any, s: Any) -> Any:
+        def step(p: Any, s: Any, x: jax.Array, y: jax.Array) -> Any:
             loss, g = jax.value_and_grad(lambda p: _mse(raw_forward(p, x), y))(p)
             u, s = opt.update(g, s, p)
             return optax.apply_updates(p, u), s, loss
@@ -189,7 +190,7 @@ def step_contestants(depth: int = DEPTH) -> dict[str, Callable[[], Call]]:
 
     def pytreemod() -> Call:
         @pm.jit
-        def step(m: PmMLP, s: Any) -> Any:
+        def step(m: PmMLP, s: Any, x: jax.Array, y: jax.Array) -> Any:
             loss, g = pm.value_and_grad(lambda m: _mse(m(x), y))(m)
             u, s = opt.update(g, s, cast(Any, m))
             return optax.apply_updates(cast(Any, m), u), s, loss
