@@ -59,6 +59,10 @@ COUNTER = _structure.COUNTER
 _GRAPH_CONTEXT = graphlib.GRAPH_CONTEXT
 MISS = object()  # Plan.call: the plan does not apply
 raw_of = operator.attrgetter("_raw_value")  # a Variable's (or _Const's) value
+# Write a Variable's value: its slot's own setter (what object.__setattr__ finds after a
+# lookup by name); ``changed`` only names Variables (a replaced non-Variable leaf
+# comes back as a full ``Updates``).
+_set_raw = Variable.__dict__["_raw_value"].__set__
 _MAX_PLANS = 4
 _MAX_WASTED = 4
 # Leaf types a plan's call takes as they are (no graph node can hide in them). JAX's
@@ -298,11 +302,14 @@ class Plan:
     paths: list[Any]
     snapshots: list[tuple[Any, Any, tuple[Any, ...]]]
     epoch: int
-    token: Any
+    token: Any  # the JAX trace the plan was built under
     modes: tuple[bool, bool]  # (graph, graph_updates)
     # call(full, kwargs): the result, or MISS where the plan does not apply (``bind``).
     call: Callable[[tuple[Any, ...], dict[str, Any]], Any] = lambda full, kwargs: MISS
     jitted: Any = None  # the fast jit, called (donated, kept, *args, **kwargs)
+    # built outside every JAX trace (its first call's results were concrete): a later
+    # call whose results are concrete runs there too, so its writes need no trace check
+    top: bool = False
     inline: tuple[Any, ...] | None = None
     finalizers: list[Any] = dataclasses.field(default_factory=list)
 
@@ -351,6 +358,8 @@ class Plan:
         donated = [s._raw_value for s in self.donated] if self.donated else []
         kept = [s._raw_value for s in self.kept]
         result = self.jitted(donated, kept, *args, **kwargs)
+        leaves = jax.tree_util.tree_leaves(result)
+        self.top = bool(leaves) and not any(isinstance(x, _Tracer) for x in leaves)
         if len(result) == 1:
             return result[0]
         if len(result) == 5:  # jax.Refs among the results (see refs_out)
@@ -364,14 +373,15 @@ class Plan:
         if updates is None:
             if changed:
                 leaves = self.leaves
-                if tracers.current_jax_trace() != self.token:
+                concrete = self.top and not isinstance(next(iter(changed.values())), _Tracer)
+                if not concrete and tracers.current_jax_trace() != self.token:
                     # Values traced under another trace would leak into the caller's Variables.
                     raise TraceContextError(
                         f"Cannot mutate {type(leaves[next(iter(changed))]).__name__} "
                         "from a different trace level"
                     )
                 for i, value in changed.items():
-                    object.__setattr__(leaves[i], "_raw_value", value)
+                    _set_raw(leaves[i], value)
                 _structure.written()
             return plain if slotted is None else extract.raise_outputs(slotted)
         nodes = tuple(full[p] for p in self.key.positions)

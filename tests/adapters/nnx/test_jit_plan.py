@@ -629,3 +629,20 @@ def test_cached_partial_of_nnx_jit_makes_no_offer() -> None:
     jitted._lower = lower
     np.testing.assert_allclose(cached(jnp.ones(3)), 2.0 * np.ones(3))
     assert seen == [0] and cached.__wrapped__ is jitted
+
+
+def test_writes_outside_every_trace_skip_the_trace_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adapters.nnx import tracers
+
+    f, traces = counted()
+    m = Stack(2.0)
+    f(m, jnp.ones(3))  # built outside every trace: its results were concrete
+    assert f.plans.plans[0].top
+    asked: list[int] = []
+    real = tracers.current_jax_trace
+    monkeypatch.setattr(tracers, "current_jax_trace", lambda: asked.append(1) or real())
+    f(m, jnp.ones(3))
+    assert asked == [] and int(m.blocks[0].calls[...]) == 2  # concrete results: no check
+    with pytest.raises(TraceContextError, match="from a different trace"):
+        jax.jit(lambda x: f(m, x))(jnp.ones(3))  # traced results: checked, refused
+    assert asked and traces[0] == 1
