@@ -558,7 +558,8 @@ def main() -> None:
         "every call waits for its result. Pipelined: calls back to back, one wait per round. "
         "CPU: CPU time of the whole process (Python, dispatch and XLA's threads). The adam "
         "step: raw JAX and `pm.jit` thread (params, optax state) through the call; the NNX "
-        "forms call `nnx.Optimizer.update` inside the jitted function.\n"
+        "forms call `nnx.Optimizer.update` inside the jitted function; every step takes "
+        "the batch as arguments.\n"
     )
     print(
         "Python function calls per call (cProfile's count over 20 awaited calls; raw `jax.jit` "

@@ -277,18 +277,22 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
         options, slot_shardings = _sharding_options(in_shardings, out_shardings)
         functools.update_wrapper(pure, fun)
         functools.update_wrapper(pure_refs, fun)
-        self.jitted: Any = pm.jit(
-            pure_refs,
+        # what every jit of this function shares (the full path's, and each fast one)
+        common: dict[str, Any] = dict(
             trace="all",
             warn_retraces=None,
-            static_argnums=static_argnums,
-            static_argnames=static_argnames,
-            donate_argnums=donate_argnums,
-            donate_argnames=donate_argnames,
             keep_unused=keep_unused,
             device=device,
             backend=backend,
             inline=inline,
+        )
+        self.jitted: Any = pm.jit(
+            pure_refs,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+            donate_argnames=donate_argnames,
+            **common,
             **options,
         )
         # The fast path (see _jit_plan): per structure (a PlanKey's number), the same
@@ -303,27 +307,14 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
 
             def fast_jit(number: int, pair: int | None) -> Any:
                 if pair is not None:
-                    return pm.jit(
-                        fast_pair(pure, number, pair),
-                        trace="all",
-                        warn_retraces=None,
-                        keep_unused=keep_unused,
-                        device=device,
-                        backend=backend,
-                        inline=inline,
-                    )
+                    return pm.jit(fast_pair(pure, number, pair), **common)
                 return pm.jit(
                     fast_pure(pure, number),
-                    trace="all",
-                    warn_retraces=None,
                     static_argnums=_shift(self.static_nums, 2),
                     static_argnames=self.static_names,
                     donate_argnums=(0, *_shift(self.donate_nums, 2)),
                     donate_argnames=self.donate_names,
-                    keep_unused=keep_unused,
-                    device=device,
-                    backend=backend,
-                    inline=inline,
+                    **common,
                 )
 
             self.fast_jit = fast_jit
