@@ -2,8 +2,9 @@
 
 ``write`` lays out an ordinary safetensors file (8-byte little-endian header length, the
 JSON header padded with spaces to a multiple of 8, then the tensors' bytes) itself, so
-that every tensor is hashed in the same pass that writes it: each chunk is hashed while
-it is in the CPU's cache, then handed to the OS, with no copy of the data (tiles: below).
+that every tensor is hashed in the same pass that writes it, with no copy of the data:
+each few chunks handed to the OS are hashed in a checksum thread while the next are
+written (the file's writes release the GIL; so does the hash), still in the CPU's cache.
 The header has a fixed size (checksums are fixed-width hex), so it is written last, over
 a placeholder.
 
@@ -344,7 +345,7 @@ def write(file: str, tensors: Mapping[str, np.ndarray], metadata_of: MetadataOf)
     order = _order(tensors)
     tiles = {k: tile_layout(t.shape, t.dtype.itemsize) for k, t in tensors.items()}
     length = len(_header(tensors, order, metadata_of(_sums(tensors, tiles, {})), ZERO))
-    hexes: dict[str, tuple[str, list[Future[list[str]]]]] = {}
+    hexes: dict[str, tuple[list[Future[str]], list[Future[list[str]]]]] = {}
     with open(file, "wb", buffering=0) as f:  # unbuffered: no copy in Python
         f.seek(length)
         for name in order:
@@ -360,36 +361,47 @@ def write(file: str, tensors: Mapping[str, np.ndarray], metadata_of: MetadataOf)
 
 def _write_tensor(
     f: BinaryIO, view: memoryview, tiles: Layout | None
-) -> tuple[str, list[Future[list[str]]]]:
-    """Write a tensor's bytes, each chunk hashed just before (in the cache); its tiles, if
-    any, hashed in the checksum thread after each few blocks are written (still in the
-    cache, while the next are written). The chunks' hex, and the tiles' to come."""
-    chunks, pieces, first = [], [], 0
+) -> tuple[list[Future[str]], list[Future[list[str]]]]:
+    """Write a tensor's bytes; after each few chunks are written, their checksums and
+    those of the tiles they complete are computed in the checksum thread (the bytes still
+    in the cache) while the next are written. The chunks' hex to come, and the tiles'."""
+    chunks, pieces, first, hashed = [], [], 0, 0
     step = tiles.block_rows * tiles.row_bytes if tiles else 1
     rows = np.frombuffer(view, np.uint8)
     for start in range(0, len(view), CHUNK_BYTES):
-        chunk = view[start : start + CHUNK_BYTES]
-        chunks.append(digest_bytes(chunk))
-        _write_all(f, chunk)
+        end = min(start + CHUNK_BYTES, len(view))
+        _write_all(f, view[start:end])
+        if end - hashed >= _PIECE or end == len(view):
+            chunks.append(in_background(_chunk_hexes, view, hashed, end))
+            hashed = end
         if tiles is not None:
-            done = tiles.blocks if start + len(chunk) == len(view) else (start + len(chunk)) // step
+            done = tiles.blocks if end == len(view) else end // step
             if done - first >= max(1, _PIECE // step) or done == tiles.blocks:
                 pieces.append(in_background(block_hexes, rows, tiles, first, done))
                 first = done
-    return "".join(chunks), pieces
+    return chunks, pieces
+
+
+def _chunk_hexes(view: memoryview, start: int, stop: int) -> str:
+    """The hex checksums of the chunks of ``view[start:stop]`` (``start`` a chunk's)."""
+    return "".join(
+        digest_bytes(view[at : min(at + CHUNK_BYTES, stop)])
+        for at in range(start, stop, CHUNK_BYTES)
+    )
 
 
 def _sums(
     tensors: Mapping[str, np.ndarray],
     tiles: Mapping[str, Layout | None],
-    hexes: Mapping[str, tuple[str, list[Future[list[str]]]]],
+    hexes: Mapping[str, tuple[list[Future[str]], list[Future[list[str]]]]],
 ) -> dict[str, str]:
     """The labelled sums of ``write`` (placeholders of their width where ``hexes`` has none)."""
     out = {}
     for name, data in tensors.items():
         layout = tiles[name]
         if name in hexes:
-            chunks, pieces = hexes[name]
+            chunk_pieces, pieces = hexes[name]
+            chunks = "".join(p.result() for p in chunk_pieces)
             tile_hexes = "".join(h for p in pieces for h in p.result())
         else:
             chunks = ZERO * chunk_layout(data.nbytes).blocks
