@@ -17,9 +17,13 @@ coordination service, never a device collective (see ``_checkpoint_dir.coordinat
 """
 
 import dataclasses
+import glob
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+import jax
 
 from . import _checkpoint as ckpt
 from . import _checkpoint_async as asave
@@ -213,7 +217,11 @@ class CheckpointManager:
         if self._saving is not None and (force or self._manager.should_save(step)):
             self.wait()  # the previous step (Orbax's save would wait for it: its error here)
         args = _ocp().args.Composite(**{ITEM: self._save_args(model, directory)})
-        saved = bool(self._manager.save(step, args=args, force=force))
+        try:
+            saved = bool(self._manager.save(step, args=args, force=force))
+        except BaseException:
+            self._discard(step)
+            raise
         if saved and self._background:
             self._saving = step
             if directory is None:
@@ -264,11 +272,21 @@ class CheckpointManager:
         try:
             self._manager.wait_until_finished()
         except Exception as e:
+            if step is not None:
+                self._discard(step)
             what = "a step" if step is None else f"step {step}"
             raise CheckpointError(
                 f"{self.directory!r}: the save of {what} failed in the background; the "
                 f"step is not kept, the steps before it are. {e}"
             ) from e
+
+    def _discard(self, step: int) -> None:
+        """Remove what a failed save of ``step`` left: Orbax's temporary folder of the
+        step, never listed (process 0's work, as in a failed ``pm.save`` of a directory)."""
+        if jax.process_index() == 0:
+            escaped = glob.escape(os.path.join(self.directory, str(step)))
+            for stray in glob.glob(escaped + ".orbax-checkpoint-tmp*"):
+                shutil.rmtree(stray, ignore_errors=True)
 
     def close(self) -> None:
         """Wait for the save in the background (raising its error, if it failed), and

@@ -3,6 +3,7 @@ complete, and a step that failed in the background is an error at the next ``sav
 ``wait`` naming the run and the step, the steps before it kept. (Two processes saving
 directory steps while training runs collectives: test_checkpoint_multiprocess.py.)"""
 
+import os
 import pathlib
 import threading
 from typing import Any
@@ -68,8 +69,27 @@ def test_a_failed_background_save_is_an_error_at_the_next_save_or_wait(
                 with pytest.raises(pm.CheckpointError, match=error):
                     run.wait()
         assert run.all_steps() == [1]
+        assert sorted(os.listdir(tmp_path / "run")) == ["1"]  # nothing of step 2 is left
         assert run.restore(model(0.0))["w"].value.tolist() == [1.0] * 4
         assert run.save(4, model(4.0), directory=directory)  # saves go on
     with pm.CheckpointManager(tmp_path / "run") as again:
         assert again.all_steps() == [1, 4]
         assert again.restore(model(0.0))["w"].value.tolist() == [4.0] * 4
+
+
+@pytest.mark.parametrize("directory", [False, True])
+def test_a_failed_save_in_the_foreground_raises_and_leaves_nothing(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, directory: bool
+) -> None:
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    with pm.CheckpointManager(tmp_path / "run", background=False) as run:
+        assert run.save(1, model(1.0), directory=directory)
+        with monkeypatch.context() as patch:
+            patch.setattr(_checkpoint_dir, "_hash_mine", full)
+            patch.setattr(_checkpoint_file, "write", full)
+            with pytest.raises(pm.CheckpointError, match=r"the disk .* is full"):
+                run.save(2, model(2.0), directory=directory)
+        assert run.all_steps() == [1]
+        assert sorted(os.listdir(tmp_path / "run")) == ["1"]
