@@ -152,7 +152,9 @@ class CheckpointManager:
     Each step is a ``pm.save`` checkpoint (checksummed; a directory of shards when the
     model's arrays are split over processes, every process writing its own) in the
     step's folder, which Orbax writes under a temporary name and renames when complete:
-    a run killed at any moment resumes from ``latest_step()``, the last complete one.
+    a run killed at any moment resumes from ``latest_step()``, the last complete one. A
+    step whose save fails is an error and leaves nothing on disk (its temporary folder
+    is removed); the steps before it are kept.
 
     **Arguments:**
 
