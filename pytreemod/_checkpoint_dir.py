@@ -322,6 +322,15 @@ def save_dir(
     return finish
 
 
+def discard(folder: str, *, with_folder: bool = False) -> None:
+    """Remove what a failed Orbax save of ``folder`` left: its temporary folders (and
+    ``folder`` itself, ``with_folder``); process 0's work (the others write inside)."""
+    if jax.process_index() == 0:
+        strays = glob.glob(glob.escape(folder) + ".orbax-checkpoint-tmp*")
+        for stray in ([folder] if with_folder else []) + strays:
+            shutil.rmtree(stray, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def _failures(path: str, folder: str | None) -> Iterator[None]:
     """Failures of a directory save as ``CheckpointError``s naming ``path``; the new
@@ -329,9 +338,8 @@ def _failures(path: str, folder: str | None) -> Iterator[None]:
     try:
         yield
     except BaseException as e:
-        if folder is not None and jax.process_index() == 0:
-            for stray in (folder, *glob.glob(glob.escape(folder) + ".orbax-checkpoint-tmp*")):
-                shutil.rmtree(stray, ignore_errors=True)
+        if folder is not None:
+            discard(folder, with_folder=True)
         if isinstance(e, CheckpointError) or not isinstance(e, Exception):
             raise
         cause = e if isinstance(e, OSError) else e.__cause__

@@ -17,13 +17,9 @@ coordination service, never a device collective (see ``_checkpoint_dir.coordinat
 """
 
 import dataclasses
-import glob
 import os
-import shutil
 from collections.abc import Callable
 from typing import Any, TypeVar
-
-import jax
 
 from . import _checkpoint as ckpt
 from . import _checkpoint_async as asave
@@ -284,11 +280,8 @@ class CheckpointManager:
 
     def _discard(self, step: int) -> None:
         """Remove what a failed save of ``step`` left: Orbax's temporary folder of the
-        step, never listed (process 0's work, as in a failed ``pm.save`` of a directory)."""
-        if jax.process_index() == 0:
-            escaped = glob.escape(os.path.join(self.directory, str(step)))
-            for stray in glob.glob(escaped + ".orbax-checkpoint-tmp*"):
-                shutil.rmtree(stray, ignore_errors=True)
+        step, never listed."""
+        cdir.discard(os.path.join(self.directory, str(step)))
 
     def close(self) -> None:
         """Wait for the save in the background (raising its error, if it failed), and

@@ -44,19 +44,25 @@ def test_a_directory_step_is_listed_once_complete(
     assert (tmp_path / "run" / "2" / "model" / "checkpoint" / "CHECKPOINT").is_file()
 
 
+def _full(*args: Any, **kwargs: Any) -> Any:
+    raise OSError(28, "No space left on device")
+
+
+def _fill_the_disk(patch: pytest.MonkeyPatch) -> None:
+    """Every write of a file or of a directory's shards fails as on a full disk."""
+    patch.setattr(_checkpoint_dir, "_hash_mine", _full)
+    patch.setattr(_checkpoint_file, "write", _full)
+
+
 @pytest.mark.parametrize("directory", [False, True])
 def test_a_failed_background_save_is_an_error_at_the_next_save_or_wait(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, directory: bool
 ) -> None:
-    def full(*args: Any, **kwargs: Any) -> Any:
-        raise OSError(28, "No space left on device")
-
     with pm.CheckpointManager(tmp_path / "run") as run:
         assert run.save(1, model(1.0), directory=directory)
         run.wait()
         with monkeypatch.context() as patch:
-            patch.setattr(_checkpoint_dir, "_hash_mine", full)
-            patch.setattr(_checkpoint_file, "write", full)
+            _fill_the_disk(patch)
             assert run.save(2, model(2.0), directory=directory)
             error = (
                 r"run'?: the save of step 2 failed in the background; the step is not kept, "
@@ -81,14 +87,10 @@ def test_a_failed_background_save_is_an_error_at_the_next_save_or_wait(
 def test_a_failed_save_in_the_foreground_raises_and_leaves_nothing(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, directory: bool
 ) -> None:
-    def full(*args: Any, **kwargs: Any) -> Any:
-        raise OSError(28, "No space left on device")
-
     with pm.CheckpointManager(tmp_path / "run", background=False) as run:
         assert run.save(1, model(1.0), directory=directory)
         with monkeypatch.context() as patch:
-            patch.setattr(_checkpoint_dir, "_hash_mine", full)
-            patch.setattr(_checkpoint_file, "write", full)
+            _fill_the_disk(patch)
             with pytest.raises(pm.CheckpointError, match=r"the disk .* is full"):
                 run.save(2, model(2.0), directory=directory)
         assert run.all_steps() == [1]

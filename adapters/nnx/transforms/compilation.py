@@ -203,8 +203,7 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
     call, the size of the fast path's budget)."""
 
     def __new__(cls, fun: Callable[P, R], /, **options: Any) -> "JitWrapped[P, R]":
-        planned = options["in_shardings"] is None and options["out_shardings"] is None
-        call, bind = _make_call(planned)
+        call, bind = _make_call(_planned(options["in_shardings"], options["out_shardings"]))
         functools.update_wrapper(call, fun)  # what JAX names and locates (it unwraps partials)
         obj = super().__new__(cls, call, *options.get("partial_args", ()))
         obj._setup(fun, **options)
@@ -302,7 +301,7 @@ class JitWrapped(functools.partial, Generic[P, R]):  # type: ignore[type-arg]
         self.fast_jits: dict[tuple[int, int | None], Any] = {}
         # the commonest call's own jit (fast_pair) where nothing is static or donated
         self.pairs = not (self.static_nums or self.donate_nums or self.donate_names)
-        if in_shardings is None and out_shardings is None:
+        if _planned(in_shardings, out_shardings):
             self.plans = PlanCache()
 
             def fast_jit(number: int, pair: int | None) -> Any:
@@ -478,6 +477,11 @@ class Traced(Stage):
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         return Lowered(self._inner.lower(*args, **kwargs), self._wrapped)
+
+
+def _planned(in_shardings: Any, out_shardings: Any) -> bool:
+    """Whether calls may take plans (see _jit_plan): shardings take the full path."""
+    return in_shardings is None and out_shardings is None
 
 
 def _make_call(planned: bool) -> tuple[Callable[..., Any], Callable[[Any], None]]:
